@@ -1,0 +1,23 @@
+// Package v1alpha1 contains the workloads.converge.dev/v1alpha1 API: the
+// BasicReplicaSet (and, later, BasicDeployment) kinds that demonstrate the
+// parent-child reconciliation pattern on ordinary Pods.
+//
+// +kubebuilder:object:generate=true
+// +groupName=workloads.converge.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of this API.
+	GroupVersion = schema.GroupVersion{Group: "workloads.converge.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types of this API with a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this API to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/version"
+)
+
+func newRunCommand(g *globalFlags) *cobra.Command {
+	o := setup.DefaultOptions()
+	var webhookPort int
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the Converge manager against a cluster",
+		Long: `Run the Converge manager (every enabled controller and the admission
+webhooks) against the cluster of --kubeconfig, or in-cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := setupLogging(g, os.Stderr); err != nil {
+				return err
+			}
+			cfg, err := restConfig(g.kubeconfig)
+			if err != nil {
+				return err
+			}
+			if webhookPort == 0 {
+				o.Webhook.Disabled = true
+			}
+			o.Webhook.Port = webhookPort
+			if o.LeaderElectionNamespace == "" {
+				o.LeaderElectionNamespace = podNamespace()
+			}
+			if o.Webhook.CertSecret != "" && !strings.Contains(o.Webhook.CertSecret, "/") {
+				o.Webhook.CertSecret = podNamespace() + "/" + o.Webhook.CertSecret
+			}
+			ctx := ctrl.SetupSignalHandler()
+			cv, err := setup.New(ctx, cfg, o)
+			if err != nil {
+				return err
+			}
+			ctrl.Log.Info("Starting Converge manager", "version", version.Get(), "controllers", cv.Enabled,
+				"shardKey", o.ShardKey, "watchNamespaces", o.WatchNamespaces)
+			if err := cv.Manager.Start(ctx); err != nil {
+				return fmt.Errorf("manager: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf(
+		"controllers to run: '*' for all, 'name' to enable, '-name' to disable (known: %s)", strings.Join(setup.ControllerNames(), ", ")))
+	f.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "only watch these namespaces (default: all)")
+	f.StringVar(&o.ShardKey, "shard-key", "", "serve only objects labelled "+setup.ShardLabel+"=<key>; without it, only objects without that label")
+	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "metrics endpoint address; '0' disables")
+	f.BoolVar(&o.SecureMetrics, "metrics-secure", o.SecureMetrics, "serve metrics over HTTPS with authentication and authorization")
+	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz; '0' disables")
+	f.BoolVar(&o.LeaderElection, "leader-elect", false, "use a Lease so that one replica is active at a time")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the Pod's namespace)")
+	f.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the Lease (the shard key is appended)")
+	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
+	f.IntVar(&webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
+	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")
+	f.StringVar(&o.Webhook.CertSecret, "webhook-cert-secret", "", "keep the webhook certificate in this Secret ([namespace/]name; watched, rotated without restart)")
+	f.BoolVar(&o.Webhook.SelfManage, "webhook-cert-self-managed", o.Webhook.SelfManage, "issue and renew the webhook certificate and inject its CA; false when cert-manager or Helm owns them")
+	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")
+	return cmd
+}
+
+// podNamespace is the namespace the manager runs in (in-cluster), from the
+// POD_NAMESPACE variable or the service account mount.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return "converge-system"
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/converge-dev/converge/internal/localcp"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/up"
+)
+
+func newUpCommand(g *globalFlags) *cobra.Command {
+	o := up.Options{
+		ControlPlane: localcp.Config{ControllerManager: true, Scheduler: true},
+		Manager:      setup.DefaultOptions(),
+	}
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a local control plane with the Converge manager",
+		Long: `Start a real local Kubernetes control plane (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, and kwok faking one Ready node so
+that ordinary Pods run), install the Converge CRDs and webhooks, and run the
+manager in this process. The data, PKI, logs and kubeconfig live in
+--data-dir, so a later 'converge up' keeps every object. Ctrl-C stops all.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.ControlPlane.BinDir == "" {
+				o.ControlPlane.BinDir = defaultBinDir()
+			}
+			logDir := filepath.Join(o.ControlPlane.DataDir, "logs")
+			if err := os.MkdirAll(logDir, 0o755); err != nil {
+				return fmt.Errorf("creating %s: %w", logDir, err)
+			}
+			var logOut io.Writer = os.Stderr
+			if !verbose {
+				f, err := os.OpenFile(filepath.Join(logDir, "converge-manager.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+				if err != nil {
+					return fmt.Errorf("opening manager log: %w", err)
+				}
+				defer func() { _ = f.Close() }()
+				logOut = f
+			}
+			if err := setupLogging(g, logOut); err != nil {
+				return err
+			}
+			o.Out = cmd.OutOrStdout()
+			_, _ = fmt.Fprintf(o.Out, "Starting Converge locally (data: %s)\n", o.ControlPlane.DataDir)
+			return up.Run(ctrl.SetupSignalHandler(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ControlPlane.DataDir, "data-dir", ".converge", "directory for etcd data, PKI, logs and the kubeconfig")
+	f.StringVar(&o.ControlPlane.BinDir, "bin-dir", "", "directory of the control-plane binaries (default: $CONVERGE_BIN_DIR, ./bin, or beside this executable)")
+	f.IntVar(&o.ControlPlane.APIServerPort, "port", 6443, "kube-apiserver port on 127.0.0.1")
+	f.IntVar(&o.ControlPlane.EtcdPort, "etcd-port", 2379, "etcd client port on 127.0.0.1 (the peer port is the next one)")
+	f.IntVar(&o.ControlPlane.Nodes, "nodes", 1, "number of fake (kwok) nodes")
+	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "webhook server port on 127.0.0.1")
+	f.StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "controllers to run: '*', 'name', '-name'")
+	f.StringVar(&o.Manager.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:8080", "metrics endpoint address; '0' disables")
+	f.StringVar(&o.Manager.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", "address of /healthz and /readyz; '0' disables")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
+	o.Manager.SecureMetrics = false // local only, on loopback
+	return cmd
+}
+
+// defaultBinDir finds the binaries `make tools` built.
+func defaultBinDir() string {
+	if d := os.Getenv("CONVERGE_BIN_DIR"); d != "" {
+		return d
+	}
+	if _, err := os.Stat(filepath.Join("bin", localcp.APIServer)); err == nil {
+		return "bin"
+	}
+	if exe, err := os.Executable(); err == nil {
+		return filepath.Dir(exe)
+	}
+	return "bin"
+}

@@ -1,0 +1,92 @@
+package basicreplicaset
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+)
+
+// computeStatus turns the observations on s into status counts and
+// conditions. It is pure apart from writing rs.Status, so it is table-tested.
+func computeStatus(s *scope) {
+	rs := s.rs
+	st := &rs.Status
+	st.Replicas = int32(len(s.pods)) //nolint:gosec // bounded by spec.replicas and burst
+	st.ReadyReplicas, st.AvailableReplicas = 0, 0
+	minReady := time.Duration(rs.Spec.MinReadySeconds) * time.Second
+	var nextAvailable time.Duration
+	for _, p := range s.pods {
+		if !podReady(p) {
+			continue
+		}
+		st.ReadyReplicas++
+		since := s.now.Sub(readySince(p))
+		if since >= minReady {
+			st.AvailableReplicas++
+		} else if wait := minReady - since; nextAvailable == 0 || wait < nextAvailable {
+			nextAvailable = wait
+		}
+	}
+	if nextAvailable > 0 && (s.requeueAfter == 0 || nextAvailable < s.requeueAfter) {
+		// Nothing else will wake us when a Pod crosses minReadySeconds.
+		s.requeueAfter = nextAvailable + 100*time.Millisecond
+	}
+	if sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector); err == nil {
+		st.Selector = sel.String()
+	}
+
+	want := ptr.Deref(rs.Spec.Replicas, 1)
+	ready := metav1.Condition{Type: workloadsv1alpha1.ReadyCondition, ObservedGeneration: rs.Generation}
+	switch {
+	case s.scaling > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, workloadsv1alpha1.ScalingUpReason
+		ready.Message = fmt.Sprintf("%d of %d Pods exist", len(s.pods), want)
+	case s.scaling < 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, workloadsv1alpha1.ScalingDownReason
+		ready.Message = fmt.Sprintf("%d Pods exist, %d wanted", len(s.pods), want)
+	case st.AvailableReplicas < want:
+		ready.Status, ready.Reason = metav1.ConditionFalse, workloadsv1alpha1.WaitingForAvailableReason
+		ready.Message = fmt.Sprintf("%d of %d Pods available", st.AvailableReplicas, want)
+	default:
+		ready.Status, ready.Reason = metav1.ConditionTrue, workloadsv1alpha1.AvailableReason
+		ready.Message = fmt.Sprintf("%d of %d Pods available", st.AvailableReplicas, want)
+	}
+	meta.SetStatusCondition(&st.Conditions, ready)
+
+	if s.failure != nil {
+		reason := workloadsv1alpha1.FailedCreateReason
+		if s.failureVerb == "delete" {
+			reason = workloadsv1alpha1.FailedDeleteReason
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: workloadsv1alpha1.ReplicaFailureCondition, Status: metav1.ConditionTrue,
+			Reason: reason, Message: s.failure.Error(), ObservedGeneration: rs.Generation,
+		})
+	} else if s.scaling == 0 {
+		meta.RemoveStatusCondition(&st.Conditions, workloadsv1alpha1.ReplicaFailureCondition)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func readySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}

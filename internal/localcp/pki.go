@@ -1,0 +1,212 @@
+package localcp
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// PKI file names inside <data-dir>/pki.
+const (
+	caCertFile        = "ca.crt"
+	caKeyFile         = "ca.key"
+	servingCertFile   = "apiserver.crt"
+	servingKeyFile    = "apiserver.key"
+	adminCertFile     = "admin.crt"
+	adminKeyFile      = "admin.key"
+	saKeyFile         = "sa.key"
+	saPubFile         = "sa.pub"
+	leafValidity      = 365 * 24 * time.Hour
+	caValidity        = 10 * 365 * 24 * time.Hour
+	renewBeforeExpiry = 30 * 24 * time.Hour
+	adminUser         = "converge-admin"
+)
+
+// pki holds the paths of the control plane's certificates and keys.
+type pki struct {
+	dir string
+}
+
+func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// ensure creates what is missing and renews leaf certificates close to expiry.
+// The CA and the service-account key are created once and never replaced, so
+// that kubeconfigs and service-account tokens stay valid across restarts.
+func (p pki) ensure() error {
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return fmt.Errorf("creating PKI directory: %w", err)
+	}
+	ca, caKey, err := p.loadOrCreateCA()
+	if err != nil {
+		return err
+	}
+	serving := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+			"kubernetes.default.svc.cluster.local"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP(serviceAPIIP)},
+	}
+	if err := p.ensureLeaf(servingCertFile, servingKeyFile, serving, ca, caKey); err != nil {
+		return err
+	}
+	admin := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: adminUser, Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := p.ensureLeaf(adminCertFile, adminKeyFile, admin, ca, caKey); err != nil {
+		return err
+	}
+	return p.ensureSAKey()
+}
+
+func (p pki) loadOrCreateCA() (*x509.Certificate, crypto.Signer, error) {
+	cert, key, err := loadPair(p.path(caCertFile), p.path(caKeyFile))
+	if err == nil {
+		return cert, key, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, &UserError{Problem: "the local CA in " + p.dir + " cannot be read", Err: err,
+			Fix: "remove the data directory (this deletes the local cluster) or pass another --data-dir"}
+	}
+	key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generating CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: "converge-local-ca"},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+	}
+	cert, err = sign(tmpl, key.Public(), nil, key, caValidity)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writePair(p.path(caCertFile), p.path(caKeyFile), cert, key); err != nil {
+		return nil, nil, err
+	}
+	return cert, key, nil
+}
+
+func (p pki) ensureLeaf(certFile, keyFile string, tmpl *x509.Certificate, ca *x509.Certificate, caKey crypto.Signer) error {
+	if cert, _, err := loadPair(p.path(certFile), p.path(keyFile)); err == nil &&
+		time.Until(cert.NotAfter) > renewBeforeExpiry && cert.CheckSignatureFrom(ca) == nil {
+		return nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generating key for %s: %w", certFile, err)
+	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	cert, err := sign(tmpl, key.Public(), ca, caKey, leafValidity)
+	if err != nil {
+		return err
+	}
+	return writePair(p.path(certFile), p.path(keyFile), cert, key)
+}
+
+func (p pki) ensureSAKey() error {
+	if _, err := os.Stat(p.path(saKeyFile)); err == nil {
+		return nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generating service-account key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("encoding service-account key: %w", err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return fmt.Errorf("encoding service-account public key: %w", err)
+	}
+	if err := writeFileAtomic(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		return err
+	}
+	return writeFileAtomic(p.path(saKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+func sign(tmpl *x509.Certificate, pub crypto.PublicKey, parent *x509.Certificate, parentKey crypto.Signer, validity time.Duration) (*x509.Certificate, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	if err != nil {
+		return nil, fmt.Errorf("generating serial: %w", err)
+	}
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(validity)
+	if parent == nil {
+		parent = tmpl
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, parentKey)
+	if err != nil {
+		return nil, fmt.Errorf("signing certificate %q: %w", tmpl.Subject.CommonName, err)
+	}
+	return x509.ParseCertificate(der)
+}
+
+func loadPair(certPath, keyPath string) (*x509.Certificate, crypto.Signer, error) {
+	certPEM, err := os.ReadFile(certPath) //nolint:gosec // our own PKI directory
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath) //nolint:gosec // our own PKI directory
+	if err != nil {
+		return nil, nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, fmt.Errorf("%s or %s is not PEM", certPath, keyPath)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing %s: %w", certPath, err)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing %s: %w", keyPath, err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s is not a signing key", keyPath)
+	}
+	return cert, signer, nil
+}
+
+func writePair(certPath, keyPath string, cert *x509.Certificate, key crypto.Signer) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("encoding key: %w", err)
+	}
+	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644)
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so that a
+// crash or a full disk never leaves a half-written file behind.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

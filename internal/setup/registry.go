@@ -1,0 +1,63 @@
+package setup
+
+import (
+	"sort"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
+)
+
+// controller is a named controller that can be enabled or disabled with
+// --controllers.
+type controller struct {
+	name  string
+	setup func(mgr ctrl.Manager, o Options) error
+}
+
+// controllers is every controller Converge runs. Add new ones here.
+var controllers = []controller{
+	{name: basicreplicaset.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&basicreplicaset.Reconciler{}).SetupWithManager(mgr)
+	}},
+}
+
+// webhookSet is the admission webhooks for one kind. Webhooks are served
+// whatever --controllers says: admission protects the API, not a controller.
+type webhookSet struct {
+	name  string
+	setup func(mgr ctrl.Manager) error
+}
+
+var webhooks = []webhookSet{
+	{name: "basicreplicaset", setup: webhookworkloads.BasicReplicaSet{}.SetupWithManager},
+}
+
+// ControllerNames lists every controller by name, sorted.
+func ControllerNames() []string {
+	out := make([]string, 0, len(controllers))
+	for _, c := range controllers {
+		out = append(out, c.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func controllerByName(name string) controller {
+	for _, c := range controllers {
+		if c.name == name {
+			return c
+		}
+	}
+	panic("unknown controller " + name) // SelectControllers validated the name
+}
+
+// Permissions of the manager itself (not of one controller): injecting the
+// webhook CA bundle and reviewing tokens for the secure metrics endpoint.
+// Leases (leader election) and the webhook certificate Secret are namespaced
+// and granted by a Role in config/rbac and the chart.
+//
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;patch,resourceNames=converge-mutating-webhook-configuration;converge-validating-webhook-configuration
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

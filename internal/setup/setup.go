@@ -1,0 +1,370 @@
+// Package setup is the one place that builds the Converge manager: the scheme,
+// the cache (namespaces, sharding), leader election, probes, metrics, the
+// webhook server and its certificates, and the controllers and webhooks
+// selected by name. `converge run`, `converge up` and every test suite call
+// it, so what passes in tests is what ships.
+package setup
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/install"
+	"github.com/converge-dev/converge/internal/webhookcert"
+)
+
+// ShardLabel is the label that assigns an object to a shard (as Flux's
+// sharding.fluxcd.io/key). A manager started with --shard-key=K reconciles
+// only Converge objects labelled ShardLabel=K; a manager without a shard key
+// reconciles only those without the label.
+const ShardLabel = "sharding.converge.dev/key"
+
+// Options configure the manager. The zero value is not usable; start from
+// DefaultOptions.
+type Options struct {
+	// Controllers selects controllers by name, as kube-controller-manager's
+	// --controllers: "*" enables all, "name" enables one, "-name" disables
+	// one. Empty means "*".
+	Controllers []string
+	// WatchNamespaces restricts the cache to these namespaces; empty watches
+	// all.
+	WatchNamespaces []string
+	// ShardKey selects the shard this manager serves (see ShardLabel).
+	ShardKey string
+
+	// MetricsBindAddress serves Prometheus metrics; "0" disables.
+	MetricsBindAddress string
+	// SecureMetrics serves metrics over HTTPS behind authentication and
+	// authorization (TokenReview / SubjectAccessReview).
+	SecureMetrics bool
+	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables.
+	HealthProbeBindAddress string
+
+	// LeaderElection enables leader election with a Lease.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; empty uses the in-cluster
+	// namespace.
+	LeaderElectionNamespace string
+	// LeaderElectionID names the Lease; the shard key is appended.
+	LeaderElectionID string
+
+	// Webhook configures the admission webhook server.
+	Webhook WebhookOptions
+
+	// GracefulShutdownTimeout bounds how long runnables get to stop.
+	GracefulShutdownTimeout time.Duration
+}
+
+// WebhookOptions configure the webhook server and its certificate.
+type WebhookOptions struct {
+	// Disabled runs no webhook server.
+	Disabled bool
+	// Host and Port are where the server listens.
+	Host string
+	Port int
+	// CertDir keeps the certificate in files (local mode). Exclusive with
+	// CertSecret.
+	CertDir string
+	// CertSecret is "namespace/name" of the Secret holding the certificate
+	// (in-cluster mode).
+	CertSecret string
+	// SelfManage issues, renews and injects the CA bundle; otherwise another
+	// tool (cert-manager, Helm) owns the Secret and the caBundle.
+	SelfManage bool
+	// Hosts are the names the certificate must cover: in-cluster the webhook
+	// Service DNS names, locally 127.0.0.1.
+	Hosts []string
+}
+
+// DefaultOptions returns the defaults `converge run` starts from.
+func DefaultOptions() Options {
+	return Options{
+		Controllers:             []string{"*"},
+		MetricsBindAddress:      ":8443",
+		SecureMetrics:           true,
+		HealthProbeBindAddress:  ":8081",
+		LeaderElectionID:        "converge-manager",
+		GracefulShutdownTimeout: 30 * time.Second,
+		Webhook: WebhookOptions{
+			Port:       9443,
+			SelfManage: true,
+		},
+	}
+}
+
+// Scheme returns a scheme with the Kubernetes built-in types, CRDs and every
+// Converge API.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(workloadsv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Converge is a built, not yet started, manager.
+type Converge struct {
+	// Manager is the controller-runtime manager; Start runs it.
+	Manager ctrl.Manager
+	// Certs serves the webhook certificate; nil when webhooks are disabled.
+	Certs *webhookcert.Manager
+	// Enabled lists the controllers that were set up, sorted.
+	Enabled []string
+}
+
+// New builds the manager: it validates options, loads (or issues) the webhook
+// certificate, and sets up the selected controllers and all webhooks.
+func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
+	enabled, err := SelectControllers(o.Controllers)
+	if err != nil {
+		return nil, err
+	}
+	scheme := Scheme()
+	mopts := ctrl.Options{
+		Scheme:                  scheme,
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        leaderElectionID(o),
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Step down at once on shutdown, so the next replica takes over fast;
+		// safe because the process exits right after.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &o.GracefulShutdownTimeout,
+		Metrics: metricsserver.Options{
+			BindAddress:   o.MetricsBindAddress,
+			SecureServing: o.SecureMetrics,
+		},
+		Cache: cacheOptions(o),
+	}
+	if o.SecureMetrics {
+		mopts.Metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	// HTTP/2 is disabled on every server we run (CVE-2023-44487,
+	// CVE-2023-39325: stream cancellation and rapid reset).
+	disableHTTP2 := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
+	mopts.Metrics.TLSOpts = []func(*tls.Config){disableHTTP2}
+
+	var certs *webhookcert.Manager
+	if !o.Webhook.Disabled {
+		certs, err = newCertManager(cfg, o.Webhook, scheme)
+		if err != nil {
+			return nil, err
+		}
+		if err := certs.Sync(ctx); err != nil {
+			return nil, err
+		}
+		mopts.WebhookServer = webhook.NewServer(webhook.Options{
+			Host:    o.Webhook.Host,
+			Port:    o.Webhook.Port,
+			TLSOpts: []func(*tls.Config){disableHTTP2, certs.TLSOpt},
+		})
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if certs != nil {
+		if err := mgr.Add(certs); err != nil {
+			return nil, err
+		}
+		for _, w := range webhooks {
+			if err := w.setup(mgr); err != nil {
+				return nil, fmt.Errorf("setting up %s webhook: %w", w.name, err)
+			}
+		}
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	for _, name := range enabled {
+		c := controllerByName(name)
+		if err := c.setup(mgr, o); err != nil {
+			return nil, fmt.Errorf("setting up controller %s: %w", name, err)
+		}
+	}
+	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled}, nil
+}
+
+// CABundle returns the CA that signed the webhook serving certificate, for
+// installing webhook configurations.
+func (c *Converge) CABundle(ctx context.Context) ([]byte, error) {
+	if c.Certs == nil {
+		return nil, errors.New("webhooks are disabled")
+	}
+	b, err := c.Certs.Store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, errors.New("no webhook certificate")
+	}
+	return b.CACert, nil
+}
+
+func newCertManager(cfg *rest.Config, o WebhookOptions, scheme *runtime.Scheme) (*webhookcert.Manager, error) {
+	m := &webhookcert.Manager{
+		Hosts:             o.Hosts,
+		SelfManage:        o.SelfManage,
+		MutatingConfigs:   []string{install.MutatingWebhookConfigurationName},
+		ValidatingConfigs: []string{install.ValidatingWebhookConfigurationName},
+	}
+	switch {
+	case o.CertDir != "" && o.CertSecret != "":
+		return nil, errors.New("--webhook-cert-dir and --webhook-cert-secret are exclusive")
+	case o.CertDir != "":
+		m.Store = webhookcert.DirStore{Dir: o.CertDir}
+	case o.CertSecret != "":
+		ns, name, ok := strings.Cut(o.CertSecret, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("--webhook-cert-secret %q: want namespace/name", o.CertSecret)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		m.Store = webhookcert.NewSecretStore(cs, ns, name)
+	default:
+		return nil, errors.New("webhooks need --webhook-cert-dir or --webhook-cert-secret (or --webhook-port=0 to disable them)")
+	}
+	if len(m.Hosts) == 0 {
+		return nil, errors.New("the webhook certificate needs at least one host name (--webhook-host-names)")
+	}
+	if o.SelfManage {
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return nil, err
+		}
+		m.Client = c
+	}
+	return m, nil
+}
+
+func leaderElectionID(o Options) string {
+	if o.ShardKey == "" {
+		return o.LeaderElectionID
+	}
+	return o.LeaderElectionID + "-" + o.ShardKey
+}
+
+// cacheOptions restricts the cache to the watched namespaces and, for
+// Converge's own kinds only, to this manager's shard. Children (Pods,
+// Secrets, ...) are not labelled with the shard, so they are not filtered.
+func cacheOptions(o Options) cache.Options {
+	co := cache.Options{ByObject: map[client.Object]cache.ByObject{}}
+	if len(o.WatchNamespaces) > 0 {
+		co.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.WatchNamespaces {
+			co.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	sel := ShardSelector(o.ShardKey)
+	for _, obj := range shardedKinds() {
+		co.ByObject[obj] = cache.ByObject{Label: sel}
+	}
+	return co
+}
+
+// ShardSelector selects the objects of one shard: labelled with the key, or,
+// for the default shard, without the label.
+func ShardSelector(key string) labels.Selector {
+	var req *labels.Requirement
+	var err error
+	if key == "" {
+		req, err = labels.NewRequirement(ShardLabel, selection.DoesNotExist, nil)
+	} else {
+		req, err = labels.NewRequirement(ShardLabel, selection.Equals, []string{key})
+	}
+	utilruntime.Must(err)
+	return labels.NewSelector().Add(*req)
+}
+
+// shardedKinds are the Converge kinds a shard key partitions.
+func shardedKinds() []client.Object {
+	return []client.Object{&workloadsv1alpha1.BasicReplicaSet{}}
+}
+
+// SelectControllers resolves --controllers into a sorted list of names.
+func SelectControllers(spec []string) ([]string, error) {
+	if len(spec) == 0 {
+		spec = []string{"*"}
+	}
+	all := ControllerNames()
+	on := map[string]bool{}
+	star := false
+	for _, s := range spec {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "*":
+			star = true
+		case strings.HasPrefix(s, "-"):
+			name := s[1:]
+			if !slices.Contains(all, name) {
+				return nil, fmt.Errorf("--controllers: unknown controller %q (known: %s)", name, strings.Join(all, ", "))
+			}
+			on[name] = false
+		case s != "":
+			if !slices.Contains(all, s) {
+				return nil, fmt.Errorf("--controllers: unknown controller %q (known: %s)", s, strings.Join(all, ", "))
+			}
+			on[s] = true
+		}
+	}
+	var out []string
+	for _, name := range all {
+		enabled, named := on[name]
+		if (star && !named) || enabled {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// LocalWebhookOptions are the webhook options of local mode: certificates in
+// dir, served on 127.0.0.1:port.
+func LocalWebhookOptions(dir string, port int) WebhookOptions {
+	return WebhookOptions{
+		Host:       "127.0.0.1",
+		Port:       port,
+		CertDir:    dir,
+		SelfManage: true,
+		Hosts:      []string{"127.0.0.1", "localhost"},
+	}
+}
+
+// LocalWebhookURL is the URL the API server uses to reach a local webhook
+// server.
+func LocalWebhookURL(port int) string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}

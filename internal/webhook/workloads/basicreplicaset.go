@@ -1,0 +1,96 @@
+// Package workloads holds the admission webhooks (defaulting and validation)
+// of the workloads.converge.dev API group.
+package workloads
+
+import (
+	"context"
+	"fmt"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+)
+
+// +kubebuilder:webhook:path=/mutate-workloads-converge-dev-v1alpha1-basicreplicaset,mutating=true,failurePolicy=fail,sideEffects=None,groups=workloads.converge.dev,resources=basicreplicasets,verbs=create;update,versions=v1alpha1,name=mbasicreplicaset.workloads.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-workloads-converge-dev-v1alpha1-basicreplicaset,mutating=false,failurePolicy=fail,sideEffects=None,groups=workloads.converge.dev,resources=basicreplicasets,verbs=create;update,versions=v1alpha1,name=vbasicreplicaset.workloads.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
+// BasicReplicaSet defaults and validates BasicReplicaSets.
+type BasicReplicaSet struct{}
+
+// SetupWithManager registers the webhooks with the manager's webhook server.
+func (w BasicReplicaSet) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &workloadsv1alpha1.BasicReplicaSet{}).
+		WithDefaulter(w).
+		WithValidator(w).
+		Complete()
+}
+
+// Default sets replicas to 1 when unset.
+func (BasicReplicaSet) Default(_ context.Context, rs *workloadsv1alpha1.BasicReplicaSet) error {
+	if rs.Spec.Replicas == nil {
+		rs.Spec.Replicas = ptr.To[int32](1)
+	}
+	return nil
+}
+
+// ValidateCreate checks a new BasicReplicaSet.
+func (BasicReplicaSet) ValidateCreate(_ context.Context, rs *workloadsv1alpha1.BasicReplicaSet) (admission.Warnings, error) {
+	return nil, toStatus(rs, validateSpec(&rs.Spec, field.NewPath("spec")))
+}
+
+// ValidateUpdate checks a change; the selector is immutable.
+func (BasicReplicaSet) ValidateUpdate(_ context.Context, old, rs *workloadsv1alpha1.BasicReplicaSet) (admission.Warnings, error) {
+	errs := validateSpec(&rs.Spec, field.NewPath("spec"))
+	if !apiequality.Semantic.DeepEqual(old.Spec.Selector, rs.Spec.Selector) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "selector"), rs.Spec.Selector, "field is immutable"))
+	}
+	return nil, toStatus(rs, errs)
+}
+
+// ValidateDelete allows every deletion.
+func (BasicReplicaSet) ValidateDelete(context.Context, *workloadsv1alpha1.BasicReplicaSet) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// validateSpec checks what the OpenAPI schema cannot: the selector is valid,
+// not empty, and matches the template's labels.
+func validateSpec(spec *workloadsv1alpha1.BasicReplicaSetSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if spec.Selector == nil {
+		return append(errs, field.Required(p.Child("selector"), "a selector is required"))
+	}
+	errs = append(errs, metav1validation.ValidateLabelSelector(spec.Selector,
+		metav1validation.LabelSelectorValidationOptions{}, p.Child("selector"))...)
+	if len(errs) > 0 {
+		return errs
+	}
+	sel, err := metav1.LabelSelectorAsSelector(spec.Selector)
+	if err != nil {
+		return append(errs, field.Invalid(p.Child("selector"), spec.Selector, err.Error()))
+	}
+	if sel.Empty() {
+		errs = append(errs, field.Invalid(p.Child("selector"), spec.Selector, "an empty selector would select every Pod in the namespace"))
+	} else if !sel.Matches(labels.Set(spec.Template.Labels)) {
+		errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels"), spec.Template.Labels,
+			fmt.Sprintf("must match the selector %q", sel.String())))
+	}
+	if len(spec.Template.Spec.Containers) == 0 {
+		errs = append(errs, field.Required(p.Child("template", "spec", "containers"), "at least one container is required"))
+	}
+	return errs
+}
+
+func toStatus(rs *workloadsv1alpha1.BasicReplicaSet, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(workloadsv1alpha1.GroupVersion.WithKind("BasicReplicaSet").GroupKind(), rs.Name, errs)
+}

@@ -1,0 +1,207 @@
+package webhookcert
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// Store persists a Bundle.
+type Store interface {
+	// Load returns the stored bundle, or nil if there is none.
+	Load(ctx context.Context) (*Bundle, error)
+	// Save replaces the stored bundle. It fails with a conflict when the
+	// store changed since the Load that returned prev.
+	Save(ctx context.Context, prev, next *Bundle) error
+	// Changes signals when the stored bundle may have changed; nil if the
+	// store cannot tell.
+	Changes() <-chan struct{}
+	// Describe names the store in messages.
+	Describe() string
+}
+
+// Secret keys.
+const (
+	keyCACert = "ca.crt"
+	keyCAKey  = "ca.key"
+	keyCert   = corev1.TLSCertKey
+	keyKey    = corev1.TLSPrivateKeyKey
+)
+
+// DirStore keeps the bundle as ca.crt, ca.key, tls.crt and tls.key in Dir.
+type DirStore struct {
+	// Dir is the directory.
+	Dir string
+}
+
+var _ Store = DirStore{}
+
+// Load implements Store.
+func (s DirStore) Load(context.Context) (*Bundle, error) {
+	read := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(s.Dir, name)) //nolint:gosec // a directory we own
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return b, err
+	}
+	var b Bundle
+	var err error
+	for _, f := range []struct {
+		name string
+		dst  *[]byte
+	}{{keyCACert, &b.CACert}, {keyCAKey, &b.CAKey}, {keyCert, &b.Cert}, {keyKey, &b.Key}} {
+		if *f.dst, err = read(f.name); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f.name, err)
+		}
+	}
+	if b.Cert == nil && b.CACert == nil {
+		return nil, nil
+	}
+	return &b, nil
+}
+
+// Save implements Store. Files are replaced one by one through renames; the
+// key is written before its certificate.
+func (s DirStore) Save(_ context.Context, _, next *Bundle) error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", s.Dir, err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm os.FileMode
+	}{{keyCAKey, next.CAKey, 0o600}, {keyCACert, next.CACert, 0o644}, {keyKey, next.Key, 0o600}, {keyCert, next.Cert, 0o644}} {
+		p := filepath.Join(s.Dir, f.name)
+		if err := os.WriteFile(p+".tmp", f.data, f.perm); err != nil {
+			return fmt.Errorf("writing %s: %w", p, err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return fmt.Errorf("writing %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Changes implements Store.
+func (DirStore) Changes() <-chan struct{} { return nil }
+
+// Describe implements Store.
+func (s DirStore) Describe() string { return "directory " + s.Dir }
+
+// SecretStore keeps the bundle in a Secret (type kubernetes.io/tls, with
+// ca.crt and, when self-managed, ca.key) and watches it.
+type SecretStore struct {
+	// Client reads and writes the Secret.
+	Client kubernetes.Interface
+	// Namespace and Name locate the Secret.
+	Namespace, Name string
+
+	changes  chan struct{}
+	informer toolscache.SharedIndexInformer
+}
+
+// NewSecretStore returns a store for one Secret. Run must be called to
+// receive change notifications.
+func NewSecretStore(cs kubernetes.Interface, namespace, name string) *SecretStore {
+	s := &SecretStore{Client: cs, Namespace: namespace, Name: name, changes: make(chan struct{}, 1)}
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return cs.CoreV1().Secrets(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return cs.CoreV1().Secrets(namespace).Watch(ctx, o)
+		},
+	}
+	s.informer = toolscache.NewSharedIndexInformer(lw, &corev1.Secret{}, 10*time.Minute, toolscache.Indexers{})
+	notify := func(any) {
+		select {
+		case s.changes <- struct{}{}:
+		default:
+		}
+	}
+	_, _ = s.informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, n any) { notify(n) },
+		DeleteFunc: notify,
+	})
+	return s
+}
+
+var _ Store = &SecretStore{}
+
+// Run watches the Secret until ctx is done.
+func (s *SecretStore) Run(ctx context.Context) { s.informer.RunWithContext(ctx) }
+
+// Load implements Store; it reads from the API server, not the watch cache,
+// so that a Save right after sees the latest resourceVersion.
+func (s *SecretStore) Load(ctx context.Context) (*Bundle, error) {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	if len(sec.Data[keyCert]) == 0 && len(sec.Data[keyCACert]) == 0 {
+		return nil, nil
+	}
+	return &Bundle{CACert: sec.Data[keyCACert], CAKey: sec.Data[keyCAKey], Cert: sec.Data[keyCert], Key: sec.Data[keyKey]}, nil
+}
+
+// Save implements Store, with optimistic concurrency: it fails with a
+// conflict if the Secret no longer holds prev.
+func (s *SecretStore) Save(ctx context.Context, prev, next *Bundle) error {
+	data := map[string][]byte{keyCACert: next.CACert, keyCAKey: next.CAKey, keyCert: next.Cert, keyKey: next.Key}
+	secrets := s.Client.CoreV1().Secrets(s.Namespace)
+	cur, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		sec := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "converge"}},
+			Type: corev1.SecretTypeTLS,
+			Data: data,
+		}
+		_, err = secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: "converge-webhookcert"})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	var curCert []byte
+	if cur.Data != nil {
+		curCert = cur.Data[keyCert]
+	}
+	var prevCert []byte
+	if prev != nil {
+		prevCert = prev.Cert
+	}
+	if !bytes.Equal(curCert, prevCert) {
+		return apierrors.NewConflict(corev1.Resource("secrets"), s.Name, errors.New("the Secret changed since it was read"))
+	}
+	cur.Data = data
+	_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "converge-webhookcert"})
+	return err
+}
+
+// Changes implements Store.
+func (s *SecretStore) Changes() <-chan struct{} { return s.changes }
+
+// Describe implements Store.
+func (s *SecretStore) Describe() string { return "Secret " + s.Namespace + "/" + s.Name }
