@@ -247,7 +247,9 @@ func (cp *ControlPlane) Components() []string {
 func (cp *ControlPlane) KubeconfigPath() string { return filepath.Join(cp.cfg.DataDir, "kubeconfig") }
 
 // URL is the API server's address.
-func (cp *ControlPlane) URL() string { return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.APIServerPort) }
+func (cp *ControlPlane) URL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.APIServerPort)
+}
 
 // DataDir is the absolute data directory.
 func (cp *ControlPlane) DataDir() string { return cp.cfg.DataDir }
@@ -431,8 +433,8 @@ func waitHTTP(ctx context.Context, url string, c *http.Client) error {
 	}
 }
 
-// freePort asks the kernel for an unused port on 127.0.0.1.
-func freePort() (int, error) {
+// FreePort asks the kernel for an unused port on 127.0.0.1.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -444,7 +446,7 @@ func freePort() (int, error) {
 // freePortPair finds p such that p and p+1 are both free.
 func freePortPair() (int, error) {
 	for range 50 {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			return 0, err
 		}

@@ -115,7 +115,7 @@ func sameMinor(a, b string) bool {
 func checkPorts(cfg *Config) error {
 	var err error
 	if cfg.APIServerPort == 0 {
-		if cfg.APIServerPort, err = freePort(); err != nil {
+		if cfg.APIServerPort, err = FreePort(); err != nil {
 			return fmt.Errorf("finding a free port: %w", err)
 		}
 	}

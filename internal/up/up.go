@@ -44,81 +44,121 @@ type Platform struct {
 	Converge *setup.Converge
 	// StartupTime is how long it took to become ready.
 	StartupTime time.Duration
+
+	stopManager context.CancelFunc
+	mgrDone     chan error
+	mgrErr      error
+	mgrStopped  bool
+	step        func(string, ...any)
 }
 
 // Run starts everything, reports when ready, and blocks until ctx is done or
 // something fails; then it stops the manager and every component.
 func Run(ctx context.Context, o Options) (retErr error) {
+	p, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer func() { retErr = errors.Join(retErr, p.Stop()) }()
+	printSummary(o.Out, p, o)
+	if o.Ready != nil {
+		o.Ready(p)
+	}
+	return p.Wait(ctx)
+}
+
+// Start starts the control plane, installs the CRDs and webhooks, and starts
+// the manager; it returns once all are ready. On error everything started is
+// stopped again.
+func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	t0 := time.Now()
-	out := o.Out
-	if out == nil {
-		out = io.Discard
+	if o.Out == nil {
+		o.Out = io.Discard
 	}
 	step := func(format string, args ...any) {
-		_, _ = fmt.Fprintf(out, "  [%5.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
+		_, _ = fmt.Fprintf(o.Out, "  [%5.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
 	o.ControlPlane.Progress = step
 	cp, err := localcp.Start(ctx, o.ControlPlane)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	p := &Platform{ControlPlane: cp, step: step, stopManager: func() {}}
 	defer func() {
-		step("stopping components")
-		retErr = errors.Join(retErr, cp.Stop())
+		if retErr != nil {
+			retErr = errors.Join(retErr, p.Stop())
+		}
 	}()
 	cfg, err := cp.RESTConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
-
 	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := install.ApplyCRDs(ctx, c, 0); err != nil {
-		return fmt.Errorf("installing CRDs: %w", err)
+		return nil, fmt.Errorf("installing CRDs: %w", err)
 	}
 	step("CRDs installed")
 	o.Manager.Webhook = setup.LocalWebhookOptions(filepath.Join(cp.DataDir(), "webhook"), o.WebhookPort)
 	step("starting converge manager")
 	cv, err := setup.New(ctx, cfg, o.Manager)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	p.Converge = cv
 	ca, err := cv.CABundle(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := install.ApplyWebhooks(ctx, c, setup.LocalWebhookURL(o.WebhookPort), ca); err != nil {
-		return fmt.Errorf("installing webhook configurations: %w", err)
+		return nil, fmt.Errorf("installing webhook configurations: %w", err)
 	}
+	// The manager outlives ctx's deadline but not Stop.
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.stopManager = cancel
+	p.mgrDone = make(chan error, 1)
+	go func() { p.mgrDone <- cv.Manager.Start(mctx) }()
+	if err := waitReady(ctx, cp, cv, p.mgrDone); err != nil {
+		return nil, err
+	}
+	p.StartupTime = time.Since(t0)
+	return p, nil
+}
 
-	mctx, stopManager := context.WithCancel(ctx)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- cv.Manager.Start(mctx) }()
-	defer func() {
-		stopManager()
-		if err := <-mgrDone; err != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("manager: %w", err))
-		}
-	}()
-	if err := waitReady(ctx, cp, cv, mgrDone); err != nil {
-		return err
-	}
-	p := &Platform{ControlPlane: cp, Converge: cv, StartupTime: time.Since(t0)}
-	printSummary(out, p, o)
-	if o.Ready != nil {
-		o.Ready(p)
-	}
+// Wait blocks until ctx is done (nil) or a component or the manager fails.
+func (p *Platform) Wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-cp.Failed():
+	case err := <-p.ControlPlane.Failed():
 		return err
-	case err := <-mgrDone:
-		mgrDone <- err
+	case err := <-p.mgrDone:
+		p.mgrDone <- err
 		return fmt.Errorf("manager stopped: %w", err)
 	}
+}
+
+// StopManager stops only the manager, leaving the control plane running.
+func (p *Platform) StopManager() error {
+	if p.mgrStopped || p.mgrDone == nil {
+		return p.mgrErr
+	}
+	p.mgrStopped = true
+	p.stopManager()
+	p.mgrErr = <-p.mgrDone
+	return p.mgrErr
+}
+
+// Stop stops the manager, then every component.
+func (p *Platform) Stop() error {
+	mgrErr := p.StopManager()
+	if mgrErr != nil {
+		mgrErr = fmt.Errorf("manager: %w", mgrErr)
+	}
+	p.step("stopping components")
+	return errors.Join(mgrErr, p.ControlPlane.Stop())
 }
 
 // waitReady waits for the fake node, the manager's caches and its webhook
@@ -175,4 +215,3 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 	_, _ = fmt.Fprintf(out, "\nUse it from another terminal:\n  export KUBECONFIG=%s\n  %s get nodes\n  %s create deployment web --image=nginx --replicas=3\n\nStop with Ctrl-C; a later `converge up` keeps every object.\n",
 		kc, kubectl, kubectl)
 }
-
