@@ -68,6 +68,10 @@ type Config struct {
 	Ephemeral bool
 	// Progress, if set, is told about each step.
 	Progress func(format string, args ...any)
+	// BeforeControllers, if set, runs once the API server is ready and before
+	// kube-controller-manager starts. Install CRDs here: the garbage
+	// collector discovers resource types at start and then only every 30s.
+	BeforeControllers func(ctx context.Context, cfg *rest.Config) error
 }
 
 // ControlPlane is a running local control plane.
@@ -125,12 +129,17 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 	}); err != nil {
 		return nil, err
 	}
-	var rest []*process
+	if cfg.BeforeControllers != nil {
+		if err := cfg.BeforeControllers(ctx, cp.rest); err != nil {
+			return nil, err
+		}
+	}
+	var others []*process
 	if cfg.ControllerManager {
-		rest = append(rest, cp.controllerManager())
+		others = append(others, cp.controllerManager())
 	}
 	if cfg.Scheduler {
-		rest = append(rest, cp.scheduler())
+		others = append(others, cp.scheduler())
 	}
 	if cfg.Nodes > 0 {
 		if err := cp.releaseNodeLeases(ctx); err != nil {
@@ -140,9 +149,9 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		if err != nil {
 			return nil, err
 		}
-		rest = append(rest, p)
+		others = append(others, p)
 	}
-	for _, p := range rest {
+	for _, p := range others {
 		cfg.Progress("starting %s", p.name)
 		if err := cp.launch(p); err != nil {
 			return nil, err

@@ -78,6 +78,11 @@ type Options struct {
 
 	// GracefulShutdownTimeout bounds how long runnables get to stop.
 	GracefulShutdownTimeout time.Duration
+
+	// SkipControllerNameValidation allows several managers in one process
+	// (tests); controller names are otherwise unique per process so that
+	// metrics are not reported twice.
+	SkipControllerNameValidation bool
 }
 
 // WebhookOptions configure the webhook server and its certificate.
@@ -160,6 +165,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			SecureServing: o.SecureMetrics,
 		},
 		Cache: cacheOptions(o),
+	}
+	if o.SkipControllerNameValidation {
+		mopts.Controller.SkipNameValidation = &o.SkipControllerNameValidation
 	}
 	if o.SecureMetrics {
 		mopts.Metrics.FilterProvider = filters.WithAuthenticationAndAuthorization

@@ -144,6 +144,7 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 	mo := setup.DefaultOptions()
 	mo.MetricsBindAddress, mo.HealthProbeBindAddress, mo.SecureMetrics = "0", "0", false
 	mo.GracefulShutdownTimeout = 5 * time.Second
+	mo.SkipControllerNameValidation = true // a test may start a second environment
 	if o.Manager != nil {
 		o.Manager(&mo)
 	}

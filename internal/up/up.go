@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/install"
@@ -79,6 +80,17 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 		_, _ = fmt.Fprintf(o.Out, "  [%5.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
 	o.ControlPlane.Progress = step
+	o.ControlPlane.BeforeControllers = func(ctx context.Context, cfg *rest.Config) error {
+		c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+		if err != nil {
+			return err
+		}
+		if err := install.ApplyCRDs(ctx, c, 0); err != nil {
+			return fmt.Errorf("installing CRDs: %w", err)
+		}
+		step("CRDs installed")
+		return nil
+	}
 	cp, err := localcp.Start(ctx, o.ControlPlane)
 	if err != nil {
 		return nil, err
@@ -97,10 +109,6 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := install.ApplyCRDs(ctx, c, 0); err != nil {
-		return nil, fmt.Errorf("installing CRDs: %w", err)
-	}
-	step("CRDs installed")
 	o.Manager.Webhook = setup.LocalWebhookOptions(filepath.Join(cp.DataDir(), "webhook"), o.WebhookPort)
 	step("starting converge manager")
 	cv, err := setup.New(ctx, cfg, o.Manager)

@@ -64,3 +64,7 @@ func (e *expectations) forget(key types.NamespacedName) {
 	defer e.mu.Unlock()
 	delete(e.byKey, key)
 }
+
+func scopeKey(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}

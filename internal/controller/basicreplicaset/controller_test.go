@@ -1,0 +1,194 @@
+package basicreplicaset_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+func newRS(ns, name string, replicas int32) *workloadsv1alpha1.BasicReplicaSet {
+	return &workloadsv1alpha1.BasicReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: workloadsv1alpha1.BasicReplicaSetSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}},
+			},
+		},
+	}
+}
+
+func activePods(g Gomega, ctx context.Context, ns, app string) []corev1.Pod {
+	pods := &corev1.PodList{}
+	g.Expect(env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": app})).To(Succeed())
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp.IsZero() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestScaleUpAndDown(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	rs := newRS(ns, "web", 3)
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		g.Expect(rs.Status.AvailableReplicas).To(Equal(int32(3)))
+		g.Expect(rs.Status.ObservedGeneration).To(Equal(rs.Generation))
+		g.Expect(meta.IsStatusConditionTrue(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue())
+	}).Should(Succeed())
+	pods := activePods(g, ctx, ns, "web")
+	g.Expect(pods).To(HaveLen(3))
+	for _, p := range pods {
+		ref := metav1.GetControllerOf(&p)
+		g.Expect(ref).NotTo(BeNil())
+		g.Expect(ref.UID).To(Equal(rs.UID))
+	}
+
+	// Scale through the scale subresource, as kubectl scale does.
+	sc := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 1}}
+	g.Expect(env.Client.SubResource("scale").Update(ctx, rs, client.WithSubResourceBody(sc))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(activePods(g, ctx, ns, "web")).To(HaveLen(1))
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		g.Expect(rs.Status.Replicas).To(Equal(int32(1)))
+	}).Should(Succeed())
+}
+
+// TestAdoptsOrphans: a matching Pod without an owner counts towards replicas.
+func TestAdoptsOrphans(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	orphan := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan", Labels: map[string]string{"app": "adopt"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}},
+	}
+	g.Expect(env.Client.Create(ctx, orphan)).To(Succeed())
+	rs := newRS(ns, "adopt", 2)
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(orphan), orphan)).To(Succeed())
+		ref := metav1.GetControllerOf(orphan)
+		g.Expect(ref).NotTo(BeNil())
+		g.Expect(ref.Name).To(Equal("adopt"))
+		g.Expect(activePods(g, ctx, ns, "adopt")).To(HaveLen(2))
+	}).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(activePods(g, ctx, ns, "adopt")).To(HaveLen(2))
+	}).WithTimeout(time.Second).Should(Succeed())
+}
+
+// TestReplicaFailureReportsTheAPIError: a Pod the API refuses shows up as a
+// ReplicaFailure condition carrying the API's message.
+func TestReplicaFailureReportsTheAPIError(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "two-pods"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}},
+	}
+	g.Expect(env.Client.Create(ctx, quota)).To(Succeed())
+	// The quota controller must have computed usage before it is enforced.
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(quota), quota)).To(Succeed())
+		g.Expect(quota.Status.Used).To(HaveKey(corev1.ResourcePods))
+	}).Should(Succeed())
+
+	rs := newRS(ns, "quota", 4)
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		c := meta.FindStatusCondition(rs.Status.Conditions, workloadsv1alpha1.ReplicaFailureCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(workloadsv1alpha1.FailedCreateReason))
+		g.Expect(c.Message).To(ContainSubstring("exceeded quota"))
+		g.Expect(meta.IsStatusConditionFalse(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue())
+	}).Should(Succeed())
+	g.Expect(len(activePods(g, ctx, ns, "quota"))).To(BeNumerically("<=", 2))
+}
+
+// TestGarbageCollection: deleting the BasicReplicaSet deletes its Pods
+// through the garbage collector (ownerReferences), not by hand.
+func TestGarbageCollection(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	rs := newRS(ns, "gc", 2)
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) { g.Expect(activePods(g, ctx, ns, "gc")).To(HaveLen(2)) }).Should(Succeed())
+	g.Expect(env.Client.Delete(ctx, rs, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) { g.Expect(activePods(g, ctx, ns, "gc")).To(BeEmpty()) }).Should(Succeed())
+}
+
+// TestNeverCreatesMoreThanWanted watches every Pod event while scaling from
+// 0 to 60 and back, and records the most Pods that ever existed at once.
+func TestNeverCreatesMoreThanWanted(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+
+	w, err := env.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	var maxSeen atomic.Int64
+	live := map[string]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				live[p.Name] = true
+			case watch.Deleted:
+				delete(live, p.Name)
+			}
+			if n := int64(len(live)); n > maxSeen.Load() {
+				maxSeen.Store(n)
+			}
+		}
+	}()
+
+	rs := newRS(ns, "burst", 60)
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		g.Expect(rs.Status.AvailableReplicas).To(Equal(int32(60)))
+	}).WithTimeout(90 * time.Second).Should(Succeed())
+	g.Consistently(func() []corev1.Pod { return activePods(g, ctx, ns, "burst") }).
+		WithTimeout(2 * time.Second).Should(HaveLen(60))
+	g.Expect(maxSeen.Load()).To(BeNumerically("<=", 60), "no more Pods than replicas at any moment")
+	g.Expect(maxSeen.Load()).To(Equal(int64(60)), "the watch saw every Pod")
+}

@@ -1,0 +1,306 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+// upProcess is a running `converge up`.
+type upProcess struct {
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	out     bytes.Buffer
+	ready   chan struct{}
+	exited  chan struct{}
+	dataDir string
+}
+
+func (p *upProcess) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// pids returns the component pids printed in the summary.
+func (p *upProcess) pids() map[string]int {
+	out := map[string]int{}
+	for _, line := range strings.Split(p.output(), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == "pid" {
+			if pid, err := strconv.Atoi(f[2]); err == nil {
+				out[f[0]] = pid
+			}
+		}
+	}
+	return out
+}
+
+type env struct {
+	bin, converge, dataDir string
+	ports                  []string
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	bin, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("control-plane binaries missing in %s (CI must run `make tools`)", bin)
+		}
+		t.Skipf("*** SKIPPING: control-plane binaries missing in %s: run `make tools` ***", bin)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(t.TempDir(), "converge")
+	build := exec.Command("go", "build", "-o", exe, "./cmd/converge")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building converge: %v\n%s", err, out)
+	}
+	var ports []string
+	for range 3 {
+		p, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, strconv.Itoa(p))
+	}
+	// etcd needs two adjacent ports; pick until both are free.
+	etcd := ""
+	for range 50 {
+		p, _ := testenv.FreePort()
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
+			_ = l.Close()
+			etcd = strconv.Itoa(p)
+			break
+		}
+	}
+	return &env{bin: bin, converge: exe, dataDir: filepath.Join(t.TempDir(), "data"),
+		ports: []string{"--port", ports[0], "--webhook-port", ports[1], "--etcd-port", etcd,
+			"--metrics-bind-address", "127.0.0.1:" + ports[2], "--health-probe-bind-address", "0"}}
+}
+
+func (e *env) start(t *testing.T, extra ...string) *upProcess {
+	t.Helper()
+	args := append([]string{"up", "--data-dir", e.dataDir, "--bin-dir", e.bin}, e.ports...)
+	args = append(args, extra...)
+	p := &upProcess{cmd: exec.Command(e.converge, args...), ready: make(chan struct{}), exited: make(chan struct{}), dataDir: e.dataDir}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		once := sync.Once{}
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if strings.HasPrefix(sc.Text(), "Stop with Ctrl-C") {
+				once.Do(func() { close(p.ready) })
+			}
+		}
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
+
+func (p *upProcess) waitReady(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.ready:
+	case <-p.exited:
+		t.Fatalf("converge up exited before it was ready:\n%s", p.output())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("converge up not ready after 2 minutes:\n%s", p.output())
+	}
+}
+
+func (p *upProcess) waitExit(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("converge up did not exit within %s:\n%s", within, p.output())
+		return -1
+	}
+}
+
+func (e *env) kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(e.bin, "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(e.dataDir, "kubeconfig"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// tokenOnly runs kubectl authenticated by a bearer token alone (no client
+// certificate, which the API server would check first).
+func (e *env) tokenOnly(t *testing.T, token string, args ...string) (string, error) {
+	t.Helper()
+	empty := filepath.Join(t.TempDir(), "empty-kubeconfig")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--kubeconfig", empty, "--server", "https://127.0.0.1:" + e.ports[1],
+		"--certificate-authority", filepath.Join(e.dataDir, "pki", "ca.crt"), "--token", token}, args...)
+	out, err := exec.Command(filepath.Join(e.bin, "kubectl"), args...).CombinedOutput()
+	return string(out), err
+}
+
+func alive(pid int) bool {
+	// Signal 0 checks existence; a zombie still "exists", so read its state.
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// TestUpLifecycle walks the local platform as a user does: up, a Deployment
+// on the fake node, garbage collection, Ctrl-C, a restart that keeps every
+// object, and SIGKILL that leaves no process behind.
+func TestUpLifecycle(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+
+	p := e.start(t)
+	p.waitReady(t)
+	g.Expect(p.output()).To(ContainSubstring("Converge is up"))
+	pids := p.pids()
+	g.Expect(pids).To(HaveKey("etcd"))
+	g.Expect(pids).To(HaveKey("kube-apiserver"))
+	g.Expect(pids).To(HaveKey("kube-controller-manager"))
+	g.Expect(pids).To(HaveKey("kube-scheduler"))
+	g.Expect(pids).To(HaveKey("kwok"))
+
+	out, err := e.kubectl(t, "get", "nodes", "--no-headers")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(MatchRegexp(`kwok-node-0\s+Ready`))
+
+	out, err = e.kubectl(t, "create", "deployment", "web", "--image=nginx", "--replicas=3")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Eventually(func() string {
+		out, _ := e.kubectl(t, "get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", "name")
+		return out
+	}).WithTimeout(60 * time.Second).Should(WithTransform(func(s string) int { return len(strings.Fields(s)) }, Equal(3)))
+
+	out, err = e.kubectl(t, "delete", "deployment", "web", "--wait=true")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Eventually(func() string {
+		out, _ := e.kubectl(t, "get", "replicasets,pods", "-l", "app=web", "-o", "name")
+		return out
+	}).WithTimeout(60*time.Second).Should(BeEmpty(), "the garbage collector removes the ReplicaSet and its Pods")
+
+	out, err = e.kubectl(t, "create", "configmap", "survivor", "--from-literal=k=v")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	kubeconfig, err := os.ReadFile(filepath.Join(e.dataDir, "kubeconfig"))
+	g.Expect(err).NotTo(HaveOccurred())
+	// A service-account token minted now must still be accepted after the
+	// restart: the signing key persists.
+	out, err = e.kubectl(t, "create", "token", "default", "--duration=1h")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	token := strings.TrimSpace(out)
+
+	// Ctrl-C: clean exit, every component gone.
+	g.Expect(p.cmd.Process.Signal(os.Interrupt)).To(Succeed())
+	g.Expect(p.waitExit(t, 60*time.Second)).To(Equal(0), p.output())
+	for name, pid := range pids {
+		g.Eventually(func() bool { return alive(pid) }).WithTimeout(5*time.Second).Should(BeFalse(), "%s (pid %d) left behind", name, pid)
+	}
+
+	// Restart: same objects, same kubeconfig, old token still valid.
+	p2 := e.start(t)
+	p2.waitReady(t)
+	out, err = e.kubectl(t, "get", "configmap", "survivor", "-o", "jsonpath={.data.k}")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(Equal("v"))
+	again, err := os.ReadFile(filepath.Join(e.dataDir, "kubeconfig"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(kubeconfig), "the kubeconfig written before the restart keeps working")
+	out, err = e.tokenOnly(t, token, "get", "--raw", "/api")
+	g.Expect(err).NotTo(HaveOccurred(), "a token minted before the restart is accepted: %s", out)
+	out, err = e.tokenOnly(t, token+"x", "get", "--raw", "/api")
+	g.Expect(err).To(HaveOccurred(), "a forged token is refused, so the check above means something: %s", out)
+	g.Expect(out).To(ContainSubstring("Unauthorized"))
+
+	// SIGKILL of converge itself: the children die with it.
+	pids = p2.pids()
+	g.Expect(pids).To(HaveLen(5))
+	g.Expect(p2.cmd.Process.Kill()).To(Succeed())
+	<-p2.exited
+	for name, pid := range pids {
+		g.Eventually(func() bool { return alive(pid) }).WithTimeout(10*time.Second).Should(BeFalse(), "%s (pid %d) orphaned", name, pid)
+	}
+}
+
+// TestUpClearErrors checks that common mistakes get one actionable line, not
+// a stack trace.
+func TestUpClearErrors(t *testing.T) {
+	e := setup(t)
+
+	t.Run("binaries missing", func(t *testing.T) {
+		g := NewWithT(t)
+		e2 := *e
+		e2.bin = t.TempDir()
+		p := e2.start(t)
+		g.Expect(p.waitExit(t, 30*time.Second)).To(Equal(1))
+		g.Expect(p.output()).To(ContainSubstring("run `make tools`"))
+		g.Expect(p.output()).To(ContainSubstring("kube-apiserver"))
+		g.Expect(p.output()).NotTo(ContainSubstring("goroutine "))
+	})
+
+	t.Run("port in use", func(t *testing.T) {
+		g := NewWithT(t)
+		l, err := net.Listen("tcp", "127.0.0.1:"+e.ports[1])
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = l.Close() }()
+		p := e.start(t)
+		g.Expect(p.waitExit(t, 30*time.Second)).To(Equal(1))
+		g.Expect(p.output()).To(ContainSubstring(fmt.Sprintf("port %s on 127.0.0.1, needed by kube-apiserver, is in use", e.ports[1])))
+	})
+
+	t.Run("incompatible data dir", func(t *testing.T) {
+		g := NewWithT(t)
+		e2 := *e
+		e2.dataDir = t.TempDir()
+		g.Expect(os.WriteFile(filepath.Join(e2.dataDir, "converge-data.json"), []byte(`{"format":1,"kubernetes":"v1.30.0"}`), 0o644)).To(Succeed())
+		p := e2.start(t)
+		g.Expect(p.waitExit(t, 30*time.Second)).To(Equal(1))
+		g.Expect(p.output()).To(ContainSubstring("incompatible converge"))
+	})
+}

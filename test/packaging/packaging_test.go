@@ -1,0 +1,690 @@
+package packaging
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/internal/install"
+	"github.com/converge-dev/converge/internal/localcp"
+)
+
+// What both renderings install: the chart as release "converge" in
+// converge-system, and config/default.
+const (
+	namespace          = "converge-system"
+	webhookService     = "converge-webhook-service"
+	webhookCertSecret  = "converge-webhook-cert"
+	managerClusterRole = "converge-manager-role"
+	fieldManager       = "packaging-test"
+)
+
+// rendering is one way of installing Converge, rendered to manifests.
+type rendering struct {
+	name string
+	yaml []byte
+	objs []*unstructured.Unstructured
+}
+
+// renderAll renders the chart and the kustomize bases.
+func renderAll(t *testing.T, root, bin string) []rendering {
+	t.Helper()
+	helm := run(t, root, nil, nil, filepath.Join(bin, "helm"),
+		"template", "converge", "charts/converge", "--namespace", namespace, "--include-crds")
+	kustomize := run(t, root, nil, nil, filepath.Join(bin, "kubectl"), "kustomize", "config/default")
+	return []rendering{
+		{name: "helm", yaml: helm, objs: decode(t, helm)},
+		{name: "kustomize", yaml: kustomize, objs: decode(t, kustomize)},
+	}
+}
+
+// TestRenderingsAreSafe checks, on both renderings, the properties that keep
+// an installed Converge from harming the cluster it runs in.
+func TestRenderingsAreSafe(t *testing.T) {
+	root, bin := repoRoot(t), binDir(t)
+	needBinaries(t, bin, "helm", "kubectl")
+	for _, r := range renderAll(t, root, bin) {
+		t.Run(r.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(r.objs).NotTo(BeEmpty())
+			checkNamespaces(g, r.objs)
+			checkCRDs(g, r.objs)
+			checkWebhooks(g, r.objs)
+			checkRBAC(t, g, root, r.objs)
+			checkDeployment(g, r.objs)
+		})
+	}
+}
+
+// TestRenderingsApplyToAPIServer applies both renderings to a real API
+// server: the CRDs for real (so that they are validated and established),
+// then everything with a server-side dry run, which runs defaulting,
+// validation and admission on every object without persisting it.
+func TestRenderingsApplyToAPIServer(t *testing.T) {
+	if os.Getenv("CONVERGE_SKIP_ENVTEST") != "" {
+		t.Skip("CONVERGE_SKIP_ENVTEST is set")
+	}
+	root, bin := repoRoot(t), binDir(t)
+	needBinaries(t, bin, "helm", "kubectl", localcp.Etcd, localcp.APIServer)
+	renderings := renderAll(t, root, bin)
+
+	cp, err := localcp.Start(t.Context(), localcp.Config{DataDir: t.TempDir(), BinDir: bin, Ephemeral: true})
+	if err != nil {
+		t.Fatalf("starting the control plane: %v", err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	env := []string{"KUBECONFIG=" + cp.KubeconfigPath()}
+	kubectl := filepath.Join(bin, "kubectl")
+
+	// Helm does not create the release namespace (kustomize does, but a
+	// dry-run Namespace does not exist for the dry-run objects in it).
+	run(t, root, env, nil, kubectl, "create", "namespace", namespace)
+
+	for _, r := range renderings {
+		t.Run(r.name, func(t *testing.T) {
+			g := NewWithT(t)
+			crds := ofKind(r.objs, "CustomResourceDefinition")
+			g.Expect(crds).NotTo(BeEmpty())
+			// A dry run of a custom resource needs its CRD installed for real;
+			// the renderings hold none, so installing the CRDs first is enough.
+			g.Expect(customResources(r.objs, crds)).To(BeEmpty(),
+				"the rendering holds custom resources: they cannot be dry-run before their CRDs exist")
+
+			run(t, root, env, encode(t, crds), kubectl,
+				"apply", "--server-side", "--field-manager="+fieldManager, "-f", "-")
+			names := []string{"wait", "--for=condition=Established", "--timeout=60s"}
+			for _, crd := range crds {
+				names = append(names, "crd/"+crd.GetName())
+			}
+			run(t, root, env, nil, kubectl, names...)
+
+			out := run(t, root, env, r.yaml, kubectl,
+				"apply", "--server-side", "--dry-run=server", "--field-manager="+fieldManager, "-f", "-")
+			g.Expect(string(out)).To(ContainSubstring("(server dry run)"))
+		})
+	}
+
+	t.Run("samples", func(t *testing.T) {
+		// The samples are valid against the installed CRDs. No webhook
+		// configuration exists (those above were dry runs), so this checks
+		// the OpenAPI schema only.
+		run(t, root, env, nil, kubectl, "apply", "--server-side", "--dry-run=server",
+			"--field-manager="+fieldManager, "--namespace", namespace, "-k", "config/samples")
+	})
+
+	t.Run("helm install", func(t *testing.T) {
+		// Helm's own dry run against the cluster renders NOTES.txt too.
+		out := run(t, root, env, nil, filepath.Join(bin, "helm"), "install", "converge", "charts/converge",
+			"--namespace", namespace, "--dry-run=server")
+		g := NewWithT(t)
+		g.Expect(string(out)).To(ContainSubstring("NOTES:"))
+		g.Expect(string(out)).To(ContainSubstring(install.MutatingWebhookConfigurationName))
+	})
+}
+
+// TestHelmValues checks that chart values reach the manager's arguments.
+func TestHelmValues(t *testing.T) {
+	root, bin := repoRoot(t), binDir(t)
+	needBinaries(t, bin, "helm")
+	helm := filepath.Join(bin, "helm")
+	template := func(t *testing.T, release, ns string, set ...string) []*unstructured.Unstructured {
+		args := []string{"template", release, "charts/converge", "--namespace", ns}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		return decode(t, run(t, root, nil, nil, helm, args...))
+	}
+
+	t.Run("controllers", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(managerArgs(g, template(t, "converge", namespace))).To(ContainElement("--controllers=*"))
+		args := managerArgs(g, template(t, "converge", namespace, "controllers={basicreplicaset}"))
+		g.Expect(args).To(ContainElement("--controllers=basicreplicaset"))
+		args = managerArgs(g, template(t, "converge", namespace, "controllers={*,-basicreplicaset}"))
+		g.Expect(args).To(ContainElement("--controllers=*,-basicreplicaset"))
+	})
+
+	t.Run("other release name and namespace", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := template(t, "prod", "platform", "watchNamespaces={a,b}", "shardKey=blue",
+			"leaderElection=false", "logLevel=debug")
+		args := managerArgs(g, objs)
+		g.Expect(args).To(ContainElements(
+			"--webhook-cert-secret=prod-converge-webhook-cert",
+			"--webhook-host-names=prod-converge-webhook-service.platform.svc,prod-converge-webhook-service.platform.svc.cluster.local",
+			"--watch-namespace=a,b",
+			"--shard-key=blue",
+			"--log-level=debug",
+		))
+		g.Expect(args).NotTo(ContainElement("--leader-elect"))
+		// The webhook configuration names never change; their clientConfig
+		// follows the release.
+		for _, cc := range webhookClientConfigs(g, objs) {
+			g.Expect(cc.Service).NotTo(BeNil())
+			g.Expect(cc.Service.Name).To(Equal("prod-converge-webhook-service"))
+			g.Expect(cc.Service.Namespace).To(Equal("platform"))
+		}
+		g.Expect(names(ofKind(objs, "MutatingWebhookConfiguration"))).To(
+			ConsistOf(install.MutatingWebhookConfigurationName))
+		g.Expect(names(ofKind(objs, "ValidatingWebhookConfiguration"))).To(
+			ConsistOf(install.ValidatingWebhookConfigurationName))
+		g.Expect(names(ofKind(objs, "Service"))).To(ContainElement("prod-converge-webhook-service"))
+	})
+
+	t.Run("metrics disabled", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := template(t, "converge", namespace, "metrics.enabled=false")
+		g.Expect(managerArgs(g, objs)).To(ContainElement("--metrics-bind-address=0"))
+		g.Expect(names(ofKind(objs, "Service"))).To(ConsistOf(webhookService))
+	})
+}
+
+// checkNamespaces: every namespaced object is in converge-system, so that
+// nothing lands in whatever namespace kubectl's context points at.
+func checkNamespaces(g Gomega, objs []*unstructured.Unstructured) {
+	clusterScoped := []string{"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+		"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+	for _, o := range objs {
+		if slices.Contains(clusterScoped, o.GetKind()) {
+			g.Expect(o.GetNamespace()).To(BeEmpty(), "%s is cluster-scoped", id(o))
+			continue
+		}
+		g.Expect(o.GetNamespace()).To(Equal(namespace), "namespace of %s", id(o))
+	}
+}
+
+// checkCRDs: every generated CRD is installed.
+func checkCRDs(g Gomega, objs []*unstructured.Unstructured) {
+	want, err := install.CRDs()
+	g.Expect(err).NotTo(HaveOccurred())
+	var wantNames []string
+	for _, crd := range want {
+		wantNames = append(wantNames, crd.Name)
+	}
+	g.Expect(names(ofKind(objs, "CustomResourceDefinition"))).To(ConsistOf(wantNames),
+		"the rendering's CRDs differ from config/crd/bases (is config/crd/kustomization.yaml up to date? run hack/sync-chart.sh?)")
+}
+
+// checkWebhooks: the two webhook configurations carry the names the manager
+// injects its CA into, call the webhook Service, and only intercept
+// Converge's own API groups, so that a stopped manager (failurePolicy Fail)
+// can never block core operations.
+func checkWebhooks(g Gomega, objs []*unstructured.Unstructured) {
+	muts := ofKind(objs, "MutatingWebhookConfiguration")
+	vals := ofKind(objs, "ValidatingWebhookConfiguration")
+	g.Expect(names(muts)).To(ConsistOf(install.MutatingWebhookConfigurationName))
+	g.Expect(names(vals)).To(ConsistOf(install.ValidatingWebhookConfigurationName))
+
+	type hook struct {
+		name  string
+		path  string
+		rules []admissionregistrationv1.RuleWithOperations
+	}
+	var got []hook
+	check := func(name string, cc admissionregistrationv1.WebhookClientConfig, rules []admissionregistrationv1.RuleWithOperations) {
+		g.Expect(cc.URL).To(BeNil(), "webhook %s: clientConfig.url", name)
+		g.Expect(cc.CABundle).To(BeEmpty(), "webhook %s: the manager injects caBundle; it must not be rendered", name)
+		g.Expect(cc.Service).NotTo(BeNil(), "webhook %s: clientConfig.service", name)
+		g.Expect(cc.Service.Name).To(Equal(webhookService), "webhook %s: service name", name)
+		g.Expect(cc.Service.Namespace).To(Equal(namespace), "webhook %s: service namespace", name)
+		if cc.Service.Port != nil {
+			g.Expect(*cc.Service.Port).To(BeEquivalentTo(443), "webhook %s: service port", name)
+		}
+		g.Expect(rules).NotTo(BeEmpty(), "webhook %s: rules", name)
+		for _, r := range rules {
+			g.Expect(r.APIGroups).NotTo(BeEmpty(), "webhook %s: apiGroups", name)
+			for _, grp := range r.APIGroups {
+				g.Expect(grp).NotTo(ContainSubstring("*"), "webhook %s intercepts every API group", name)
+				g.Expect(grp).To(HaveSuffix(".converge.dev"), "webhook %s intercepts API group %q", name, grp)
+			}
+		}
+		path := ""
+		if cc.Service.Path != nil {
+			path = *cc.Service.Path
+		}
+		got = append(got, hook{name: name, path: path, rules: rules})
+	}
+	for _, o := range muts {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		convert(g, o, m)
+		g.Expect(m.Webhooks).NotTo(BeEmpty())
+		for _, w := range m.Webhooks {
+			check(w.Name, w.ClientConfig, w.Rules)
+		}
+	}
+	for _, o := range vals {
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		convert(g, o, v)
+		g.Expect(v.Webhooks).NotTo(BeEmpty())
+		for _, w := range v.Webhooks {
+			check(w.Name, w.ClientConfig, w.Rules)
+		}
+	}
+
+	// The same webhooks as generated (config/webhook/manifests.yaml).
+	wantMuts, wantVals, err := install.WebhookConfigurations("", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	var want []hook
+	add := func(name string, cc admissionregistrationv1.WebhookClientConfig, rules []admissionregistrationv1.RuleWithOperations) {
+		path := ""
+		if cc.Service != nil && cc.Service.Path != nil {
+			path = *cc.Service.Path
+		}
+		want = append(want, hook{name: name, path: path, rules: rules})
+	}
+	for _, m := range wantMuts {
+		for _, w := range m.Webhooks {
+			add(w.Name, w.ClientConfig, w.Rules)
+		}
+	}
+	for _, v := range wantVals {
+		for _, w := range v.Webhooks {
+			add(w.Name, w.ClientConfig, w.Rules)
+		}
+	}
+	g.Expect(got).To(ConsistOf(want), "the rendered webhooks differ from config/webhook/manifests.yaml (run hack/sync-chart.sh?)")
+
+	// The Service exists and reaches the manager's webhook port.
+	svc := &corev1.Service{}
+	convert(g, find(g, objs, "Service", webhookService), svc)
+	g.Expect(svc.Spec.Ports).To(HaveLen(1))
+	g.Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(443))
+	dep := deployment(g, objs)
+	g.Expect(svc.Spec.Selector).NotTo(BeEmpty())
+	for k, v := range svc.Spec.Selector {
+		g.Expect(dep.Spec.Template.Labels).To(HaveKeyWithValue(k, v), "webhook Service selector")
+	}
+	g.Expect(containerPort(dep.Spec.Template.Spec.Containers[0], svc.Spec.Ports[0].TargetPort)).To(
+		BeEquivalentTo(9443), "webhook Service targetPort")
+}
+
+// checkRBAC: least privilege. No cluster-admin, no wildcards, no Secrets
+// cluster-wide, the ClusterRole is exactly the generated one, and every
+// binding binds the manager's ServiceAccount to a role of the rendering.
+func checkRBAC(t *testing.T, g Gomega, root string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	roles := map[string][]rbacv1.PolicyRule{}
+	for _, o := range ofKind(objs, "ClusterRole") {
+		cr := &rbacv1.ClusterRole{}
+		convert(g, o, cr)
+		g.Expect(cr.AggregationRule).To(BeNil(), "ClusterRole %s aggregates other roles", cr.Name)
+		checkRules(g, "ClusterRole "+cr.Name, cr.Rules)
+		for _, r := range cr.Rules {
+			g.Expect(r.Resources).NotTo(ContainElement("secrets"), "ClusterRole %s grants Secrets cluster-wide", cr.Name)
+		}
+		roles["ClusterRole/"+cr.Name] = cr.Rules
+	}
+	for _, o := range ofKind(objs, "Role") {
+		r := &rbacv1.Role{}
+		convert(g, o, r)
+		checkRules(g, "Role "+r.Name, r.Rules)
+		roles["Role/"+r.Name] = r.Rules
+	}
+
+	// The manager's ClusterRole is the generated one, nothing more.
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	generated := decode(t, data)
+	g.Expect(generated).To(HaveLen(1))
+	gen := &rbacv1.ClusterRole{}
+	convert(g, generated[0], gen)
+	g.Expect(roles).To(HaveKey("ClusterRole/" + managerClusterRole))
+	g.Expect(roles["ClusterRole/"+managerClusterRole]).To(Equal(gen.Rules),
+		"%s differs from config/rbac/role.yaml (run hack/sync-chart.sh?)", managerClusterRole)
+
+	// Leader election and the webhook certificate Secret, in the namespace.
+	var nsRules []rbacv1.PolicyRule
+	for k, rules := range roles {
+		if strings.HasPrefix(k, "Role/") {
+			nsRules = append(nsRules, rules...)
+		}
+	}
+	g.Expect(allows(nsRules, "coordination.k8s.io", "leases", "get", "list", "watch", "create", "update", "patch", "delete")).To(BeTrue(),
+		"no Role grants the leader-election Lease")
+	g.Expect(allows(nsRules, "", "secrets", "get", "list", "watch", "create", "update", "patch")).To(BeTrue(),
+		"no Role grants the webhook certificate Secret")
+
+	dep := deployment(g, objs)
+	sa := dep.Spec.Template.Spec.ServiceAccountName
+	g.Expect(sa).NotTo(BeEmpty())
+	g.Expect(names(ofKind(objs, "ServiceAccount"))).To(ContainElement(sa))
+
+	bound := map[string]bool{}
+	checkBinding := func(kind, name string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
+		g.Expect(ref.Name).NotTo(Equal("cluster-admin"), "%s %s binds cluster-admin", kind, name)
+		g.Expect(ref.Name).NotTo(Equal("admin"), "%s %s binds admin", kind, name)
+		g.Expect(ref.Name).NotTo(Equal("edit"), "%s %s binds edit", kind, name)
+		g.Expect(roles).To(HaveKey(ref.Kind+"/"+ref.Name), "%s %s binds a role the rendering does not define", kind, name)
+		g.Expect(subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: namespace}),
+			"%s %s subjects", kind, name)
+		bound[ref.Kind+"/"+ref.Name] = true
+	}
+	for _, o := range ofKind(objs, "ClusterRoleBinding") {
+		b := &rbacv1.ClusterRoleBinding{}
+		convert(g, o, b)
+		checkBinding("ClusterRoleBinding", b.Name, b.RoleRef, b.Subjects)
+	}
+	for _, o := range ofKind(objs, "RoleBinding") {
+		b := &rbacv1.RoleBinding{}
+		convert(g, o, b)
+		checkBinding("RoleBinding", b.Name, b.RoleRef, b.Subjects)
+	}
+	g.Expect(bound).To(HaveKey("ClusterRole/"+managerClusterRole), "the manager's ClusterRole is not bound")
+	for k := range roles {
+		if strings.HasPrefix(k, "Role/") {
+			g.Expect(bound).To(HaveKey(k), "%s is not bound", k)
+		}
+	}
+}
+
+func checkRules(g Gomega, what string, rules []rbacv1.PolicyRule) {
+	for _, r := range rules {
+		g.Expect(r.Verbs).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard verb", what)
+		g.Expect(r.Resources).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard resource", what)
+		g.Expect(r.APIGroups).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard API group", what)
+		g.Expect(r.NonResourceURLs).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard URL", what)
+		g.Expect(r.Verbs).NotTo(ContainElements("escalate", "bind", "impersonate"), "%s: privilege escalation verb", what)
+	}
+}
+
+// allows reports whether one of rules grants all verbs on group/resource.
+func allows(rules []rbacv1.PolicyRule, group, resource string, verbs ...string) bool {
+	granted := map[string]bool{}
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && len(r.ResourceNames) == 0 {
+			for _, v := range r.Verbs {
+				granted[v] = true
+			}
+		}
+	}
+	for _, v := range verbs {
+		if !granted[v] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkDeployment: the manager runs hardened, probed, and with the webhook
+// certificate settings matching the webhook Service.
+func checkDeployment(g Gomega, objs []*unstructured.Unstructured) {
+	dep := deployment(g, objs)
+	pod := dep.Spec.Template.Spec
+	g.Expect(pod.Containers).To(HaveLen(1))
+	c := pod.Containers[0]
+	g.Expect(c.Image).NotTo(BeEmpty())
+
+	g.Expect(c.SecurityContext).NotTo(BeNil(), "container securityContext")
+	sc := c.SecurityContext
+	nonRoot := sc.RunAsNonRoot
+	if nonRoot == nil && pod.SecurityContext != nil {
+		nonRoot = pod.SecurityContext.RunAsNonRoot
+	}
+	g.Expect(nonRoot).To(HaveValue(BeTrue()), "runAsNonRoot")
+	g.Expect(sc.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()), "readOnlyRootFilesystem")
+	g.Expect(sc.AllowPrivilegeEscalation).To(HaveValue(BeFalse()), "allowPrivilegeEscalation")
+	g.Expect(sc.Privileged == nil || !*sc.Privileged).To(BeTrue(), "privileged")
+	g.Expect(sc.Capabilities).NotTo(BeNil(), "capabilities")
+	g.Expect(sc.Capabilities.Drop).To(ContainElement(corev1.Capability("ALL")), "capabilities.drop")
+	g.Expect(sc.Capabilities.Add).To(BeEmpty(), "capabilities.add")
+	g.Expect(pod.HostNetwork).To(BeFalse())
+	g.Expect(pod.HostPID).To(BeFalse())
+
+	g.Expect(c.LivenessProbe).NotTo(BeNil(), "livenessProbe")
+	g.Expect(c.ReadinessProbe).NotTo(BeNil(), "readinessProbe")
+	g.Expect(c.LivenessProbe.HTTPGet).NotTo(BeNil())
+	g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+	g.Expect(c.ReadinessProbe.HTTPGet).NotTo(BeNil())
+	g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+	g.Expect(c.Resources.Requests).NotTo(BeEmpty(), "resource requests")
+	g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory), "memory limit")
+
+	g.Expect(c.Args).NotTo(BeEmpty())
+	g.Expect(c.Args[0]).To(Equal("run"), "the first argument is the run command")
+	g.Expect(c.Args).To(ContainElements(
+		"--leader-elect",
+		"--webhook-cert-secret="+webhookCertSecret,
+		"--webhook-host-names="+webhookService+"."+namespace+".svc,"+webhookService+"."+namespace+".svc.cluster.local",
+	))
+	g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}))
+}
+
+// --- helpers ---
+
+// run runs a command in dir with extra environment and stdin, and fails the
+// test with its output when it fails.
+func run(t *testing.T, dir string, env []string, stdin []byte, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(name), strings.Join(args, " "), err,
+			stdout.String(), stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// decode splits a multi-document YAML stream into objects, skipping empty
+// documents.
+func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("decoding YAML: %v", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" {
+			t.Fatalf("document without kind or apiVersion: %v", m)
+		}
+		out = append(out, u)
+	}
+}
+
+// encode joins objects into a multi-document YAML stream.
+func encode(t *testing.T, objs []*unstructured.Unstructured) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	for _, o := range objs {
+		data, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatalf("encoding %s: %v", id(o), err)
+		}
+		b.WriteString("---\n")
+		b.Write(data)
+	}
+	return b.Bytes()
+}
+
+func convert(g Gomega, u *unstructured.Unstructured, into any) {
+	g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true)).
+		To(Succeed(), "decoding %s", id(u))
+}
+
+func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func names(objs []*unstructured.Unstructured) []string {
+	out := []string{}
+	for _, o := range objs {
+		out = append(out, o.GetName())
+	}
+	return out
+}
+
+func find(g Gomega, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range ofKind(objs, kind) {
+		if o.GetName() == name {
+			return o
+		}
+	}
+	g.Expect(names(ofKind(objs, kind))).To(ContainElement(name), "%s %s not rendered", kind, name)
+	return nil
+}
+
+func id(o *unstructured.Unstructured) string {
+	if o.GetNamespace() == "" {
+		return o.GetKind() + " " + o.GetName()
+	}
+	return fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+}
+
+func deployment(g Gomega, objs []*unstructured.Unstructured) *appsv1.Deployment {
+	deps := ofKind(objs, "Deployment")
+	g.Expect(deps).To(HaveLen(1), "Deployments")
+	d := &appsv1.Deployment{}
+	convert(g, deps[0], d)
+	g.Expect(d.Spec.Template.Spec.Containers).NotTo(BeEmpty())
+	return d
+}
+
+func managerArgs(g Gomega, objs []*unstructured.Unstructured) []string {
+	return deployment(g, objs).Spec.Template.Spec.Containers[0].Args
+}
+
+func webhookClientConfigs(g Gomega, objs []*unstructured.Unstructured) []admissionregistrationv1.WebhookClientConfig {
+	var out []admissionregistrationv1.WebhookClientConfig
+	for _, o := range ofKind(objs, "MutatingWebhookConfiguration") {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		convert(g, o, m)
+		for _, w := range m.Webhooks {
+			out = append(out, w.ClientConfig)
+		}
+	}
+	for _, o := range ofKind(objs, "ValidatingWebhookConfiguration") {
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		convert(g, o, v)
+		for _, w := range v.Webhooks {
+			out = append(out, w.ClientConfig)
+		}
+	}
+	g.Expect(out).NotTo(BeEmpty())
+	return out
+}
+
+// containerPort resolves a Service targetPort (number or name) against c.
+func containerPort(c corev1.Container, target intstr.IntOrString) int32 {
+	if target.Type == intstr.Int {
+		return target.IntVal
+	}
+	for _, p := range c.Ports {
+		if p.Name == target.StrVal {
+			return p.ContainerPort
+		}
+	}
+	return 0
+}
+
+// customResources returns the objects whose API group is served by one of
+// crds.
+func customResources(objs, crds []*unstructured.Unstructured) []string {
+	groups := map[string]bool{}
+	for _, o := range crds {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, crd); err == nil {
+			groups[crd.Spec.Group] = true
+		}
+	}
+	var out []string
+	for _, o := range objs {
+		if groups[o.GroupVersionKind().Group] {
+			out = append(out, id(o))
+		}
+	}
+	return out
+}
+
+// repoRoot walks up from the working directory to the directory holding
+// go.mod.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// binDir is $CONVERGE_BIN_DIR, else bin/ at the repository root.
+func binDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("CONVERGE_BIN_DIR"); d != "" {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return abs
+	}
+	return filepath.Join(repoRoot(t), "bin")
+}
+
+// needBinaries skips the test (fails it in CI) when a binary is missing.
+func needBinaries(t *testing.T, bin string, names ...string) {
+	t.Helper()
+	var missing []string
+	for _, n := range names {
+		fi, err := os.Stat(filepath.Join(bin, n))
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("%s missing in %s", strings.Join(missing, ", "), bin)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI must run `make tools` first)", msg)
+	}
+	t.Skipf("\n\n*** SKIPPING packaging test: %s. Run `make tools` to build them. ***\n\n", msg)
+}
