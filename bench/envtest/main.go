@@ -88,7 +88,7 @@ func main() {
 	scenarios := []*scenario{
 		{name: "envtest (etcd+apiserver)", run: runEnvtest},
 		{name: "localcp (etcd+apiserver)", run: runLocalcp(false)},
-		{name: "localcp full (+kcm, sched, 1 node)", run: runLocalcp(true)},
+		{name: "localcp full (1 node)", run: runLocalcp(true)},
 	}
 	// On Ctrl-C, finish (and stop) the control plane of the current run, then
 	// report what was measured.
@@ -112,15 +112,15 @@ runs:
 			left := subtract(children(), before)
 			if err != nil {
 				s.errs = append(s.errs, err)
-				fmt.Fprintf(os.Stderr, "  run %d  %-36s FAILED: %v\n", i, s.name, err)
+				fmt.Fprintf(os.Stderr, "  run %d  %-27s FAILED: %v\n", i, s.name, err)
 			} else {
 				for k, d := range phases {
 					s.results[k] = append(s.results[k], d)
 				}
-				fmt.Fprintf(os.Stderr, "  run %d  %-36s %s\n", i, s.name, formatPhases(phases))
+				fmt.Fprintf(os.Stderr, "  run %d  %-27s %s\n", i, s.name, formatPhases(phases))
 			}
 			if len(left) > 0 {
-				fmt.Fprintf(os.Stderr, "  run %d  %-36s LEFT BEHIND after stop: %s\n", i, s.name, strings.Join(left, ", "))
+				fmt.Fprintf(os.Stderr, "  run %d  %-27s LEFT BEHIND after stop: %s\n", i, s.name, strings.Join(left, ", "))
 			}
 		}
 	}
@@ -133,7 +133,7 @@ runs:
 		}
 		if len(s.results[phaseStart]) == 0 {
 			if len(s.errs) > 0 {
-				fmt.Printf("  %-36s FAILED: %v\n", s.name, s.errs[0])
+				fmt.Printf("  %-27s FAILED: %v\n", s.name, s.errs[0])
 			}
 			continue
 		}
@@ -143,7 +143,7 @@ runs:
 				parts = append(parts, fmt.Sprintf("%s %s", ph, stats(ds)))
 			}
 		}
-		line := fmt.Sprintf("  %-36s %s", s.name, strings.Join(parts, "   "))
+		line := fmt.Sprintf("  %-27s %s", s.name, strings.Join(parts, "   "))
 		if len(s.errs) > 0 {
 			line += fmt.Sprintf("   (%d run(s) failed: %v)", len(s.errs), s.errs[0])
 		}

@@ -5,23 +5,17 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
-
-	"github.com/converge-dev/converge/internal/localcp"
 )
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
-		var ue *localcp.UserError
-		if errors.As(err, &ue) {
-			fmt.Fprintln(os.Stderr, "converge: "+ue.Error())
-		} else {
-			fmt.Fprintln(os.Stderr, "converge: "+err.Error())
-		}
+		// Errors are written for people (localcp.UserError carries a fix);
+		// never a stack trace.
+		fmt.Fprintln(os.Stderr, "converge: "+err.Error())
 		os.Exit(1)
 	}
 }

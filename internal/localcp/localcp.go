@@ -35,7 +35,7 @@ const (
 //go:embed kwok-stages.yaml
 var kwokStages []byte
 
-// Component names, as given to Config.Components and shown in progress.
+// Component names, as shown in progress and used for binaries and logs.
 const (
 	Etcd              = "etcd"
 	APIServer         = "kube-apiserver"
@@ -372,8 +372,8 @@ func (cp *ControlPlane) controllerManager() *process {
 	args := append(cp.componentKubeconfigArgs(),
 		"--leader-elect=false",
 		"--secure-port=0",
-		// Every controller that is on by default, plus the token signer the
-		// service-account token controller needs.
+		// Every controller that is on by default; the service-account key
+		// lets the token controller sign tokens.
 		"--controllers=*",
 		"--service-account-private-key-file="+cp.pki.path(saKeyFile),
 		"--root-ca-file="+cp.pki.path(caCertFile),
@@ -436,7 +436,7 @@ func waitHTTP(ctx context.Context, url string, c *http.Client) error {
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

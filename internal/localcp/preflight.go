@@ -53,7 +53,7 @@ func checkBinaries(cfg *Config) error {
 		}
 	}
 	if len(missing) > 0 {
-		return userErrorf("run `make tools` (it builds them from the modules pinned in hack/tools; about 15 minutes the first time), or pass --bin-dir",
+		return userErrorf("run `make tools` (it builds them from the modules pinned in hack/tools; about 11 minutes the first time on 2 cores), or pass --bin-dir",
 			"control-plane binaries missing in %s: %s", cfg.BinDir, joinNames(missing))
 	}
 	return nil
@@ -65,7 +65,7 @@ func checkDataDir(dir string) error {
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err == nil {
-		free := st.Bavail * uint64(st.Bsize) //nolint:gosec,unconvert // block size is positive
+		free := st.Bavail * uint64(st.Bsize) //nolint:gosec // block size is positive
 		if free < minFreeBytes {
 			return userErrorf("free some disk space, or pass a --data-dir on another disk",
 				"disk full: only %d MiB free at %s (the local control plane needs at least %d MiB)",
@@ -74,7 +74,7 @@ func checkDataDir(dir string) error {
 	}
 	path := filepath.Join(dir, dataInfoFile)
 	want := dataInfo{Format: dataFormat, Kubernetes: KubernetesVersion}
-	data, err := os.ReadFile(path) //nolint:gosec // our own data directory
+	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if entries, _ := os.ReadDir(filepath.Join(dir, "etcd")); len(entries) > 0 {
@@ -112,6 +112,16 @@ func sameMinor(a, b string) bool {
 	return am == bm && an == bn
 }
 
+// CheckPortFree returns a UserError naming what needs port on 127.0.0.1 and
+// the flag that moves it, when the port is taken.
+func CheckPortFree(port int, what, flag string) error {
+	if err := portFree(port); err != nil {
+		return userErrorf(fmt.Sprintf("stop whatever listens there (another `converge up`?) or pass %s", flag),
+			"port %d on 127.0.0.1, needed by %s, is in use", port, what)
+	}
+	return nil
+}
+
 func checkPorts(cfg *Config) error {
 	var err error
 	if cfg.APIServerPort == 0 {
@@ -133,9 +143,8 @@ func checkPorts(cfg *Config) error {
 		{cfg.EtcdPort, "etcd (client)", "--etcd-port"},
 		{cfg.EtcdPort + 1, "etcd (peer)", "--etcd-port"},
 	} {
-		if err := portFree(p.port); err != nil {
-			return userErrorf(fmt.Sprintf("stop whatever listens there (another `converge up`?) or pass %s", p.flag),
-				"port %d on 127.0.0.1, needed by %s, is in use", p.port, p.what)
+		if err := CheckPortFree(p.port, p.what, p.flag); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -29,12 +29,16 @@ func (p *process) start() error {
 	if err := os.MkdirAll(filepath.Dir(p.logPath), 0o755); err != nil {
 		return fmt.Errorf("creating log directory: %w", err)
 	}
+	// Keep the previous run's log beside the new one, for post-mortems.
+	if _, err := os.Stat(p.logPath); err == nil {
+		_ = os.Rename(p.logPath, p.logPath+".1")
+	}
 	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("opening %s log: %w", p.name, err)
 	}
 	p.log = log
-	p.cmd = exec.Command(p.path, p.args...) //nolint:gosec // binaries come from our own bin/ directory
+	p.cmd = exec.Command(p.path, p.args...)
 	p.cmd.Stdout = log
 	p.cmd.Stderr = log
 	p.exited = make(chan struct{})
@@ -127,7 +131,7 @@ func lastMatching(text, substr string) string {
 }
 
 func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path) //nolint:gosec // our own log file
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}

@@ -58,7 +58,8 @@ type Options struct {
 	// Manager adjusts the manager's options (from setup.DefaultOptions with
 	// metrics and probes off); nil keeps them.
 	Manager func(*setup.Options)
-	// NoManager starts only the control plane with the CRDs installed.
+	// NoManager runs the manager with every controller disabled; webhooks are
+	// still served, so objects can be created.
 	NoManager bool
 }
 
@@ -244,7 +245,7 @@ func RepoRoot() (string, error) {
 		return "", err
 	}
 	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && //nolint:gosec // our own tree
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
 			strings.Contains(string(data), "module github.com/converge-dev/converge\n") {
 			return dir, nil
 		}

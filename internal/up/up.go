@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +82,9 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 		_, _ = fmt.Fprintf(o.Out, "  [%5.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
 	o.ControlPlane.Progress = step
+	if err := checkManagerPorts(o); err != nil {
+		return nil, err
+	}
 	o.ControlPlane.BeforeControllers = func(ctx context.Context, cfg *rest.Config) error {
 		c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
 		if err != nil {
@@ -222,4 +227,35 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 	}
 	_, _ = fmt.Fprintf(out, "\nUse it from another terminal:\n  export KUBECONFIG=%s\n  %s get nodes\n  %s create deployment web --image=nginx --replicas=3\n\nStop with Ctrl-C; a later `converge up` keeps every object.\n",
 		kc, kubectl, kubectl)
+}
+
+// checkManagerPorts refuses to start when a port the manager will listen on
+// is taken, before minutes of control-plane start-up are spent.
+func checkManagerPorts(o Options) error {
+	if err := localcp.CheckPortFree(o.WebhookPort, "the webhook server", "--webhook-port"); err != nil {
+		return err
+	}
+	for _, a := range []struct{ addr, what, flag string }{
+		{o.Manager.MetricsBindAddress, "the metrics endpoint", "--metrics-bind-address"},
+		{o.Manager.HealthProbeBindAddress, "the health probes", "--health-probe-bind-address"},
+	} {
+		if a.addr == "" || a.addr == "0" {
+			continue
+		}
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", a.flag, a.addr, err)
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", a.flag, a.addr, err)
+		}
+		if n == 0 {
+			continue
+		}
+		if err := localcp.CheckPortFree(n, a.what, a.flag); err != nil {
+			return err
+		}
+	}
+	return nil
 }

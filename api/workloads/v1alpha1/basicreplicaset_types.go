@@ -108,7 +108,3 @@ func (r *BasicReplicaSet) GetConditions() []metav1.Condition { return r.Status.C
 
 // SetConditions sets the conditions, for the conditions helpers.
 func (r *BasicReplicaSet) SetConditions(c []metav1.Condition) { r.Status.Conditions = c }
-
-func init() {
-	SchemeBuilder.Register(&BasicReplicaSet{}, &BasicReplicaSetList{})
-}

@@ -36,6 +36,7 @@ const FieldManager = "converge-basicreplicaset"
 
 // +kubebuilder:rbac:groups=workloads.converge.dev,resources=basicreplicasets,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=workloads.converge.dev,resources=basicreplicasets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workloads.converge.dev,resources=basicreplicasets/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -63,14 +64,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&workloadsv1alpha1.BasicReplicaSet{}).
 		Watches(&corev1.Pod{}, handler.Funcs{
 			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.podEvent(ctx, e.Object, q, 1, 0)
+				r.podEvent(ctx, e.Object, q, true, false)
 			},
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.podEvent(ctx, e.ObjectOld, q, 0, 0)
-				r.podEvent(ctx, e.ObjectNew, q, 0, 0)
+				// A Pod marked for deletion is as good as gone for scaling, as
+				// in kube-controller-manager: do not wait out its grace period.
+				marked := e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+				r.podEvent(ctx, e.ObjectOld, q, false, false)
+				r.podEvent(ctx, e.ObjectNew, q, false, marked)
 			},
 			DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.podEvent(ctx, e.Object, q, 0, 1)
+				r.podEvent(ctx, e.Object, q, false, true)
 			},
 		}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
@@ -80,13 +84,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // podEvent records observed creations and deletions against the owning
 // BasicReplicaSet's expectations and queues it; for an orphan it queues every
 // BasicReplicaSet whose selector matches, so one can adopt it.
-func (r *Reconciler) podEvent(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], adds, dels int) {
+func (r *Reconciler) podEvent(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], created, deleted bool) {
 	if ref := metav1.GetControllerOf(obj); ref != nil {
 		if ref.Kind != "BasicReplicaSet" || ref.APIVersion != workloadsv1alpha1.GroupVersion.String() {
 			return
 		}
 		key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}
-		r.exp.observe(key, adds, dels)
+		if created {
+			r.exp.creationsObserved(key, 1)
+		}
+		if deleted {
+			r.exp.deletionObserved(key, obj.GetUID())
+		}
 		q.Add(reconcile.Request{NamespacedName: key})
 		return
 	}

@@ -34,7 +34,7 @@ func newRS(ns, name string, replicas int32) *workloadsv1alpha1.BasicReplicaSet {
 	}
 }
 
-func activePods(g Gomega, ctx context.Context, ns, app string) []corev1.Pod {
+func activePods(ctx context.Context, g Gomega, ns, app string) []corev1.Pod {
 	pods := &corev1.PodList{}
 	g.Expect(env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": app})).To(Succeed())
 	var out []corev1.Pod
@@ -60,7 +60,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		g.Expect(rs.Status.ObservedGeneration).To(Equal(rs.Generation))
 		g.Expect(meta.IsStatusConditionTrue(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue())
 	}).Should(Succeed())
-	pods := activePods(g, ctx, ns, "web")
+	pods := activePods(ctx, g, ns, "web")
 	g.Expect(pods).To(HaveLen(3))
 	for _, p := range pods {
 		ref := metav1.GetControllerOf(&p)
@@ -72,7 +72,7 @@ func TestScaleUpAndDown(t *testing.T) {
 	sc := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 1}}
 	g.Expect(env.Client.SubResource("scale").Update(ctx, rs, client.WithSubResourceBody(sc))).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
-		g.Expect(activePods(g, ctx, ns, "web")).To(HaveLen(1))
+		g.Expect(activePods(ctx, g, ns, "web")).To(HaveLen(1))
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
 		g.Expect(rs.Status.Replicas).To(Equal(int32(1)))
 	}).Should(Succeed())
@@ -97,10 +97,10 @@ func TestAdoptsOrphans(t *testing.T) {
 		ref := metav1.GetControllerOf(orphan)
 		g.Expect(ref).NotTo(BeNil())
 		g.Expect(ref.Name).To(Equal("adopt"))
-		g.Expect(activePods(g, ctx, ns, "adopt")).To(HaveLen(2))
+		g.Expect(activePods(ctx, g, ns, "adopt")).To(HaveLen(2))
 	}).Should(Succeed())
 	g.Consistently(func(g Gomega) {
-		g.Expect(activePods(g, ctx, ns, "adopt")).To(HaveLen(2))
+		g.Expect(activePods(ctx, g, ns, "adopt")).To(HaveLen(2))
 	}).WithTimeout(time.Second).Should(Succeed())
 }
 
@@ -133,7 +133,7 @@ func TestReplicaFailureReportsTheAPIError(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring("exceeded quota"))
 		g.Expect(meta.IsStatusConditionFalse(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue())
 	}).Should(Succeed())
-	g.Expect(len(activePods(g, ctx, ns, "quota"))).To(BeNumerically("<=", 2))
+	g.Expect(len(activePods(ctx, g, ns, "quota"))).To(BeNumerically("<=", 2))
 }
 
 // TestGarbageCollection: deleting the BasicReplicaSet deletes its Pods
@@ -145,9 +145,9 @@ func TestGarbageCollection(t *testing.T) {
 	ns := env.NewNamespace(t)
 	rs := newRS(ns, "gc", 2)
 	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
-	testenv.Eventually(g, func(g Gomega) { g.Expect(activePods(g, ctx, ns, "gc")).To(HaveLen(2)) }).Should(Succeed())
+	testenv.Eventually(g, func(g Gomega) { g.Expect(activePods(ctx, g, ns, "gc")).To(HaveLen(2)) }).Should(Succeed())
 	g.Expect(env.Client.Delete(ctx, rs, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
-	testenv.Eventually(g, func(g Gomega) { g.Expect(activePods(g, ctx, ns, "gc")).To(BeEmpty()) }).Should(Succeed())
+	testenv.Eventually(g, func(g Gomega) { g.Expect(activePods(ctx, g, ns, "gc")).To(BeEmpty()) }).Should(Succeed())
 }
 
 // TestNeverCreatesMoreThanWanted watches every Pod event while scaling from
@@ -187,7 +187,7 @@ func TestNeverCreatesMoreThanWanted(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
 		g.Expect(rs.Status.AvailableReplicas).To(Equal(int32(60)))
 	}).WithTimeout(90 * time.Second).Should(Succeed())
-	g.Consistently(func() []corev1.Pod { return activePods(g, ctx, ns, "burst") }).
+	g.Consistently(func() []corev1.Pod { return activePods(ctx, g, ns, "burst") }).
 		WithTimeout(2 * time.Second).Should(HaveLen(60))
 	g.Expect(maxSeen.Load()).To(BeNumerically("<=", 60), "no more Pods than replicas at any moment")
 	g.Expect(maxSeen.Load()).To(Equal(int64(60)), "the watch saw every Pod")

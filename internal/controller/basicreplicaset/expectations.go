@@ -14,36 +14,58 @@ const expectationsTTL = 5 * time.Minute
 // expectations remember the Pod creations and deletions a BasicReplicaSet
 // asked for and has not yet seen in its cache. While any are pending the
 // controller does not scale, so a cache that lags behind its own writes can
-// never make it create (or delete) a Pod twice.
+// never make it create (or delete) a Pod twice. Creations are counted;
+// deletions are tracked by Pod UID, so that seeing the deletion mark and then
+// the removal of the same Pod counts once.
 type expectations struct {
 	mu    sync.Mutex
 	byKey map[types.NamespacedName]*expectation
 }
 
 type expectation struct {
-	adds, dels int
-	timestamp  time.Time
+	adds      int
+	dels      map[types.UID]struct{}
+	timestamp time.Time
 }
 
 func newExpectations() *expectations {
 	return &expectations{byKey: map[types.NamespacedName]*expectation{}}
 }
 
-// expect records that adds creations and dels deletions are in flight.
-func (e *expectations) expect(key types.NamespacedName, adds, dels int) {
+// expectCreations records that n creations are in flight.
+func (e *expectations) expectCreations(key types.NamespacedName, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.byKey[key] = &expectation{adds: adds, dels: dels, timestamp: time.Now()}
+	e.byKey[key] = &expectation{adds: n, timestamp: time.Now()}
 }
 
-// observe lowers the pending counts as the cache reports them; it is also
-// used to give back the creations or deletions that failed.
-func (e *expectations) observe(key types.NamespacedName, adds, dels int) {
+// expectDeletions records the Pods whose deletion is in flight.
+func (e *expectations) expectDeletions(key types.NamespacedName, uids []types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := &expectation{dels: map[types.UID]struct{}{}, timestamp: time.Now()}
+	for _, u := range uids {
+		x.dels[u] = struct{}{}
+	}
+	e.byKey[key] = x
+}
+
+// creationsObserved lowers the pending creations; also used to give back
+// the creations that failed.
+func (e *expectations) creationsObserved(key types.NamespacedName, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if x, ok := e.byKey[key]; ok {
-		x.adds -= adds
-		x.dels -= dels
+		x.adds -= n
+	}
+}
+
+// deletionObserved marks one Pod's deletion as seen (or as not coming).
+func (e *expectations) deletionObserved(key types.NamespacedName, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if x, ok := e.byKey[key]; ok {
+		delete(x.dels, uid)
 	}
 }
 
@@ -55,7 +77,7 @@ func (e *expectations) satisfied(key types.NamespacedName) bool {
 	if !ok {
 		return true
 	}
-	return (x.adds <= 0 && x.dels <= 0) || time.Since(x.timestamp) > expectationsTTL
+	return (x.adds <= 0 && len(x.dels) == 0) || time.Since(x.timestamp) > expectationsTTL
 }
 
 // forget drops the entry of a deleted BasicReplicaSet.
@@ -63,8 +85,4 @@ func (e *expectations) forget(key types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.byKey, key)
-}
-
-func scopeKey(ns, name string) types.NamespacedName {
-	return types.NamespacedName{Namespace: ns, Name: name}
 }

@@ -82,7 +82,10 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 	diff := want - len(s.pods)
 	s.scaling = diff
 	if !r.exp.satisfied(s.key) {
-		return nil // wait for the cache to show our last writes
+		// Wait for the cache to show our last writes; the Pod events bring us
+		// back, and the requeue covers an event that never comes.
+		s.requeueAfter = expectationsTTL
+		return nil
 	}
 	switch {
 	case diff > 0:
@@ -130,7 +133,7 @@ func (r *Reconciler) release(ctx context.Context, rs *workloadsv1alpha1.BasicRep
 // with a failure. Creations that did not happen are given back to the
 // expectations at once.
 func (r *Reconciler) createPods(ctx context.Context, s *scope, n int) error {
-	r.exp.expect(s.key, n, 0)
+	r.exp.expectCreations(s.key, n)
 	created := 0
 	for batch := slowStartInitialBatch; created < n; batch *= 2 {
 		size := min(batch, n-created)
@@ -149,7 +152,7 @@ func (r *Reconciler) createPods(ctx context.Context, s *scope, n int) error {
 		}
 		created += size - failed
 		if failed > 0 {
-			r.exp.observe(s.key, n-created, 0) // never coming
+			r.exp.creationsObserved(s.key, n-created) // never coming
 			r.Recorder.Eventf(s.rs, nil, corev1.EventTypeWarning, workloadsv1alpha1.FailedCreateReason, "Create",
 				"Error creating Pod: %v", s.failure)
 			return fmt.Errorf("creating Pods: %w", s.failure)
@@ -164,28 +167,27 @@ func (r *Reconciler) deletePods(ctx context.Context, s *scope, n int) error {
 	victims := append([]*corev1.Pod(nil), s.pods...)
 	sort.SliceStable(victims, func(i, j int) bool { return lessValuable(victims[i], victims[j]) })
 	victims = victims[:n]
-	r.exp.expect(s.key, 0, n)
+	uids := make([]types.UID, 0, n)
+	for _, p := range victims {
+		uids = append(uids, p.UID)
+	}
+	r.exp.expectDeletions(s.key, uids)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, p := range victims {
 		wg.Go(func() {
 			err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID})
 			if apierrors.IsNotFound(err) {
-				r.exp.observe(s.key, 0, 1) // already gone: no event will come
-				err = nil
+				err = nil // already gone
+			}
+			if err != nil {
+				r.exp.deletionObserved(s.key, p.UID) // never coming
 			}
 			errs[i] = err
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		failed := 0
-		for _, e := range errs {
-			if e != nil {
-				failed++
-			}
-		}
-		r.exp.observe(s.key, 0, failed)
 		s.failure, s.failureVerb = err, "delete"
 		r.Recorder.Eventf(s.rs, nil, corev1.EventTypeWarning, workloadsv1alpha1.FailedDeleteReason, "Delete", "Error deleting Pod: %v", err)
 		return fmt.Errorf("deleting Pods: %w", err)

@@ -98,13 +98,21 @@ func TestExpectations(t *testing.T) {
 	e := newExpectations()
 	key := types.NamespacedName{Namespace: "ns", Name: "rs"}
 	g.Expect(e.satisfied(key)).To(BeTrue())
-	e.expect(key, 3, 0)
+	e.expectCreations(key, 3)
 	g.Expect(e.satisfied(key)).To(BeFalse())
-	e.observe(key, 2, 0)
+	e.creationsObserved(key, 2)
 	g.Expect(e.satisfied(key)).To(BeFalse())
-	e.observe(key, 1, 0)
+	e.creationsObserved(key, 1)
 	g.Expect(e.satisfied(key)).To(BeTrue())
-	e.expect(key, 0, 2)
+
+	e.expectDeletions(key, []types.UID{"a", "b"})
+	e.deletionObserved(key, "a")
+	e.deletionObserved(key, "a") // marked for deletion, then removed: counts once
+	g.Expect(e.satisfied(key)).To(BeFalse())
+	e.deletionObserved(key, "b")
+	g.Expect(e.satisfied(key)).To(BeTrue())
+
+	e.expectDeletions(key, []types.UID{"c"})
 	e.byKey[key].timestamp = time.Now().Add(-expectationsTTL - time.Second)
 	g.Expect(e.satisfied(key)).To(BeTrue(), "expired expectations do not block forever")
 	e.forget(key)

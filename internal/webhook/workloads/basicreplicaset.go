@@ -46,8 +46,13 @@ func (BasicReplicaSet) ValidateCreate(_ context.Context, rs *workloadsv1alpha1.B
 	return nil, toStatus(rs, validateSpec(&rs.Spec, field.NewPath("spec")))
 }
 
-// ValidateUpdate checks a change; the selector is immutable.
+// ValidateUpdate checks a change to the spec; the selector is immutable.
 func (BasicReplicaSet) ValidateUpdate(_ context.Context, old, rs *workloadsv1alpha1.BasicReplicaSet) (admission.Warnings, error) {
+	if apiequality.Semantic.DeepEqual(old.Spec, rs.Spec) {
+		// Metadata-only changes (labels, finalizers, ownerReferences) are
+		// never refused, even for an object stored before a rule existed.
+		return nil, nil
+	}
 	errs := validateSpec(&rs.Spec, field.NewPath("spec"))
 	if !apiequality.Semantic.DeepEqual(old.Spec.Selector, rs.Spec.Selector) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "selector"), rs.Spec.Selector, "field is immutable"))

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# verify.sh regenerates everything (code, CRDs, RBAC, webhooks, chart copies,
+# go.mod/go.sum of every module) and fails if that changed the tree: the
+# generated files in the commit are out of date. Uncommitted edits of your own
+# do not fail it; only what generation changes does.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+snapshot() { { git status --porcelain=v1 --untracked-files=all -- . ':!bin'; git diff -- . ':!bin'; git ls-files -o --exclude-standard -z | xargs -0 -r sha256sum; } | sha256sum; }
+before=$(snapshot)
+make --no-print-directory generate >/dev/null
+go mod tidy
+for m in hack/tools hack/tools/lint hack/tools/helm; do (cd "$m" && go mod tidy); done
+after=$(snapshot)
+if [ "$before" != "$after" ]; then
+  echo "verify: 'make generate' / 'go mod tidy' changed the tree; commit the regenerated files:" >&2
+  git status --short -- . ':!bin' >&2
+  exit 1
+fi
+echo "verify: generated files are up to date"
