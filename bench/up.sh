@@ -39,6 +39,12 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/converge-bench.XXXXXX")
 DATA=$TMP/data # the same data directory for the cold and the warm runs
 PID=""         # the running converge, if any
+SIGNALED=0     # whether it was sent its SIGINT (a second one makes it exit at once, unordered)
+# Its own session, so that a Ctrl-C on the terminal reaches only this script,
+# which then sends converge the one SIGINT. (setsid execs in place: a
+# background job is no process-group leader, so $! stays converge's PID.)
+SETSID=()
+command -v setsid >/dev/null && SETSID=(setsid)
 
 # ---------------------------------------------------------------- helpers
 
@@ -117,11 +123,24 @@ cpu_ticks() {
 	echo "$sum"
 }
 
+# fail MESSAGE OUTPUT: print both, keep the component logs, exit 1.
+fail() {
+	echo "bench: $1" >&2
+	sed 's/^/    /' "$2" >&2
+	if [[ -d $DATA/logs ]]; then
+		local keep
+		keep=$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-logs.XXXXXX")
+		cp -r "$DATA/logs/." "$keep/"
+		echo "bench: component logs kept in $keep" >&2
+	fi
+	exit 1
+}
+
 cleanup() {
 	local rc=$? p
-	trap - EXIT INT TERM
+	trap - EXIT INT TERM HUP
 	if [[ -n $PID ]] && alive "$PID"; then
-		kill -INT "$PID" 2>/dev/null || true
+		((SIGNALED)) || kill -INT "$PID" 2>/dev/null || true
 		for _ in $(seq 1 200); do alive "$PID" || break; sleep 0.1; done
 		alive "$PID" && kill -KILL "$PID" 2>/dev/null
 	fi
@@ -130,14 +149,14 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
 
 # ---------------------------------------------------------------- one run
 
 # run LABEL: start `converge up` on $DATA, wait until ready, idle, measure
 # memory and CPU, stop with SIGINT, look for leftovers. Appends to the R_*
 # arrays and prints one block.
-R_WALL=() R_SELF=() R_STOP=() R_RSS=() R_CPU=() R_ORPHANS=() R_RC=()
+R_WALL=() R_SELF=() R_LOCK=() R_NET=() R_STOP=() R_RSS=() R_CPU=() R_ORPHANS=() R_RC=()
 declare -A RSS_BY  # "label/component" -> MiB
 declare -A STOP_BY # component -> seconds after SIGINT it was gone, one per run
 run() {
@@ -145,8 +164,8 @@ run() {
 	local t0 t1 self="" line
 	: >"$out"
 	t0=$(now)
-	"$CONVERGE" up --data-dir "$DATA" "${PORT_ARGS[@]}" >"$out" 2>&1 &
-	PID=$!
+	"${SETSID[@]}" "$CONVERGE" up --data-dir "$DATA" "${PORT_ARGS[@]}" >"$out" 2>&1 &
+	PID=$! SIGNALED=0
 	while :; do
 		if line=$(grep -m1 -o 'Converge is up (ready in [0-9.]*s)' "$out"); then
 			t1=$(now)
@@ -154,20 +173,23 @@ run() {
 			self=${self%s)}
 			break
 		fi
-		if ! alive "$PID"; then
-			echo "bench: converge up ($label) exited before it was ready:" >&2
-			sed 's/^/    /' "$out" >&2
-			exit 1
-		fi
-		if (($(calc "$(now) - $t0 > $READY_TIMEOUT" 0))); then
-			echo "bench: converge up ($label) not ready after ${READY_TIMEOUT}s:" >&2
-			sed 's/^/    /' "$out" >&2
-			exit 1
-		fi
+		alive "$PID" || fail "converge up ($label) exited before it was ready:" "$out"
+		(($(calc "$(now) - $t0 > $READY_TIMEOUT" 0))) && fail "converge up ($label) not ready after ${READY_TIMEOUT}s:" "$out"
 		sleep 0.02
 	done
 	local wall
 	wall=$(calc "$t1 - $t0" 2)
+	# Time spent waiting for another local control plane (a test suite, a
+	# `converge up`) to finish starting: localcp serialises their bootstrap.
+	local lockwait=0
+	if grep -q 'waiting for another local control plane' "$out"; then
+		lockwait=$(sed -n 's/^ *\[ *\([0-9.]*\)s\] starting etcd$/\1/p' "$out" | head -1)
+		lockwait=${lockwait:-0}
+	fi
+	if [[ $(name_of "$PID") != "${CONVERGE##*/}" ]]; then
+		echo "bench: pid $PID is $(name_of "$PID"), not converge" >&2
+		exit 1
+	fi
 
 	# Idle: CPU over the second half of the idle time, RSS at its end.
 	sleep "$(calc "$IDLE / 2" 2)"
@@ -207,6 +229,7 @@ run() {
 	local s0 s1 rc=0 entry start
 	local -A gone=()
 	s0=$(now)
+	SIGNALED=1
 	kill -INT "$PID"
 	local tick
 	while :; do
@@ -252,13 +275,15 @@ run() {
 	local orphans=${#left[@]}
 	((orphans)) && orphans="${#left[@]}: ${left[*]}"
 
-	R_WALL+=("$wall") R_SELF+=("$self") R_STOP+=("$stop") R_RSS+=("$total_mib") R_CPU+=("$cpu")
+	R_WALL+=("$wall") R_SELF+=("$self") R_LOCK+=("$lockwait") R_NET+=("$(calc "$wall - $lockwait" 2)") R_STOP+=("$stop") R_RSS+=("$total_mib") R_CPU+=("$cpu")
 	R_ORPHANS+=("$orphans") R_RC+=("$rc")
 	RSS_BY[$label/total]=$total_mib
 	local phases
 	phases=$(sed -n 's/^ *\[ *\([0-9.]*\)s\] \(.*\)$/\2 @\1s/p' "$out" | paste -sd ';' - | sed 's/;/; /g')
-	printf '%-7s up %5.2f s (self-reported %s s); idle: RSS %s MiB (%s), CPU %s%% of one core\n' \
-		"$label" "$wall" "$self" "$total_mib" "$breakdown" "$cpu"
+	local waited=""
+	(($(calc "$lockwait > 0" 0))) && waited="; $lockwait s of it waiting for another control plane to start"
+	printf '%-7s up %5.2f s (self-reported %s s%s); idle: RSS %s MiB (%s), CPU %s%% of one core\n' \
+		"$label" "$wall" "$self" "$waited" "$total_mib" "$breakdown" "$cpu"
 	printf '        stop %5.2f s (exit %s; gone after: %s); orphans: %s\n' "$stop" "$rc" "$stop_order" "$orphans"
 	printf '        steps: %s\n' "$phases"
 }
@@ -299,6 +324,14 @@ if ((RUNS > 0)); then
 	printf '%-21s %-5s median %s s over %d runs (%s); self-reported median %s s\n' "converge up" warm \
 		"$(median "${warm_wall[@]}")" "$RUNS" "$(for w in "${warm_wall[@]}"; do calc "$w"; echo; done | paste -sd' ' -)" \
 		"$(median "${warm_self[@]}")"
+fi
+lock_total=$(printf '%s\n' "${R_LOCK[@]}" | awk '{ t += $1 } END { printf "%.1f", t }')
+if (($(calc "$lock_total > 0" 0))); then
+	warm_net=("${R_NET[@]:1}")
+	printf '%-27s %s s (cold), %s s (warm): time spent waiting for another local control plane to finish\n' \
+		"start-lock waits" "$(calc "${R_LOCK[0]}")" "$(for w in "${R_LOCK[@]:1}"; do calc "$w"; echo; done | paste -sd' ' -)"
+	printf '%-27s starting (included above); without them: cold %s s, warm median %s s\n' "" \
+		"$(calc "${R_NET[0]}")" "$( ((RUNS > 0)) && median "${warm_net[@]}" || echo -)"
 fi
 printf '%-27s median %s s over %d runs (%s); exit codes %s\n' "stop (SIGINT)" "$(median "${R_STOP[@]}")" "${#R_STOP[@]}" \
 	"$(for s in "${R_STOP[@]}"; do calc "$s"; echo; done | paste -sd' ' -)" "$rc_list"

@@ -8,6 +8,11 @@
 //     kube-controller-manager, kube-scheduler and one kwok node, waited for
 //     until Ready and schedulable).
 //
+// localcp serialises the bootstrap of the control planes on one machine (up
+// to kube-apiserver ready); the part of its start spent waiting for another
+// one (a test suite, a `converge up`) is shown as "of it lock wait". envtest
+// takes no such lock: it competes for the CPU instead.
+//
 // Every run starts from an empty data directory, so each one mints its PKI,
 // as envtest always does. The scenarios are interleaved run by run, so that
 // background load spreads evenly over them.
@@ -44,6 +49,9 @@ import (
 // phase names, in the order they are printed.
 const (
 	phaseStart = "start"
+	// phaseLock is the part of start spent waiting for another local control
+	// plane on the machine to finish starting (localcp serialises that).
+	phaseLock  = "of it lock wait"
 	phaseReady = "nodes ready"
 	phaseStop  = "stop"
 )
@@ -138,8 +146,8 @@ runs:
 			continue
 		}
 		var parts []string
-		for _, ph := range []string{phaseStart, phaseReady, phaseStop} {
-			if ds := s.results[ph]; len(ds) > 0 {
+		for _, ph := range []string{phaseStart, phaseLock, phaseReady, phaseStop} {
+			if ds := s.results[ph]; len(ds) > 0 && (ph != phaseLock || slices.Max(ds) > 0) {
 				parts = append(parts, fmt.Sprintf("%s %s", ph, stats(ds)))
 			}
 		}
@@ -188,6 +196,15 @@ func runLocalcp(full bool) func(context.Context, string) (map[string]time.Durati
 		if full {
 			cfg.ControllerManager, cfg.Scheduler, cfg.Nodes = true, true, 1
 		}
+		var waitFrom, etcdFrom time.Time
+		cfg.Progress = func(format string, args ...any) {
+			switch msg := fmt.Sprintf(format, args...); {
+			case strings.HasPrefix(msg, "waiting for another local control plane") && waitFrom.IsZero():
+				waitFrom = time.Now()
+			case msg == "starting "+localcp.Etcd && etcdFrom.IsZero():
+				etcdFrom = time.Now()
+			}
+		}
 		out := map[string]time.Duration{}
 		t0 := time.Now()
 		cp, err := localcp.Start(ctx, cfg)
@@ -195,6 +212,10 @@ func runLocalcp(full bool) func(context.Context, string) (map[string]time.Durati
 			return nil, fmt.Errorf("start: %w", err)
 		}
 		out[phaseStart] = time.Since(t0)
+		out[phaseLock] = 0
+		if !waitFrom.IsZero() && !etcdFrom.IsZero() {
+			out[phaseLock] = etcdFrom.Sub(waitFrom)
+		}
 		if full {
 			if err := cp.WaitNodesReady(ctx); err != nil {
 				_ = cp.Stop()
@@ -213,8 +234,8 @@ func runLocalcp(full bool) func(context.Context, string) (map[string]time.Durati
 
 func formatPhases(p map[string]time.Duration) string {
 	var parts []string
-	for _, ph := range []string{phaseStart, phaseReady, phaseStop} {
-		if d, ok := p[ph]; ok {
+	for _, ph := range []string{phaseStart, phaseLock, phaseReady, phaseStop} {
+		if d, ok := p[ph]; ok && (ph != phaseLock || d > 0) {
 			parts = append(parts, fmt.Sprintf("%s %5.2f s", ph, d.Seconds()))
 		}
 	}

@@ -8,6 +8,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -123,6 +126,19 @@ func WebhookConfigurations(url string, caBundle []byte) ([]*admissionregistratio
 	return muts, vals, nil
 }
 
+// ManifestHashAnnotation records the hash of the manifest a CRD was applied
+// from, so that an unchanged CRD is not applied again.
+const ManifestHashAnnotation = "install.converge.dev/manifest-sha256"
+
+func manifestHash(obj client.Object) (string, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return "", fmt.Errorf("encoding %s: %w", obj.GetName(), err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
 // Options tune Apply.
 type Options struct {
 	// WebhookURL is where the API server reaches the manager's webhook server
@@ -154,6 +170,18 @@ func ApplyCRDs(ctx context.Context, c client.Client, timeout time.Duration) erro
 		return err
 	}
 	for _, crd := range crds {
+		hash, err := manifestHash(crd)
+		if err != nil {
+			return err
+		}
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, live); err == nil && live.Annotations[ManifestHashAnnotation] == hash {
+			continue // unchanged: skip re-sending hundreds of kilobytes of schema
+		}
+		if crd.Annotations == nil {
+			crd.Annotations = map[string]string{}
+		}
+		crd.Annotations[ManifestHashAnnotation] = hash
 		if err := apply(ctx, c, crd); err != nil {
 			return fmt.Errorf("applying CRD %s: %w", crd.Name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -118,6 +119,11 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		return nil, err
 	}
 
+	release, err := acquireStartLock(ctx, cfg.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { release() }()
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cfg.EtcdPort)
 	if err := cp.startAndWait(ctx, cp.etcd(etcdURL), func(ctx context.Context) error {
 		return waitHTTP(ctx, etcdURL+"/health", http.DefaultClient)
@@ -129,6 +135,8 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 	}); err != nil {
 		return nil, err
 	}
+	release()
+	release = func() {}
 	if cfg.BeforeControllers != nil {
 		if err := cfg.BeforeControllers(ctx, cp.rest); err != nil {
 			return nil, err
@@ -172,7 +180,7 @@ func (cp *ControlPlane) startAndWait(ctx context.Context, p *process, ready func
 	if err := cp.launch(p); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- ready(ctx) }()
@@ -415,7 +423,7 @@ func (cp *ControlPlane) waitAPIServer(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building API client: %w", err)
 	}
-	return waitHTTP(ctx, cp.URL()+"/readyz", &http.Client{Transport: tr, Timeout: 2 * time.Second})
+	return waitHTTP(ctx, cp.URL()+"/readyz?verbose", &http.Client{Transport: tr, Timeout: 5 * time.Second})
 }
 
 func waitHTTP(ctx context.Context, url string, c *http.Client) error {
@@ -427,11 +435,12 @@ func waitHTTP(ctx context.Context, url string, c *http.Client) error {
 		}
 		resp, err := c.Do(req)
 		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			err = fmt.Errorf("%s answered %s", url, resp.Status)
+			err = fmt.Errorf("%s answered %s%s", url, resp.Status, failedChecks(string(body)))
 		}
 		last = err
 		select {
@@ -440,6 +449,20 @@ func waitHTTP(ctx context.Context, url string, c *http.Client) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// failedChecks lists the "[-]name failed" lines of a /readyz body.
+func failedChecks(body string) string {
+	var failed []string
+	for _, l := range strings.Split(body, "\n") {
+		if name, ok := strings.CutPrefix(l, "[-]"); ok {
+			failed = append(failed, strings.Fields(name)[0])
+		}
+	}
+	if len(failed) == 0 {
+		return ""
+	}
+	return "; not ready: " + strings.Join(failed, ", ")
 }
 
 // FreePort asks the kernel for an unused port on 127.0.0.1.

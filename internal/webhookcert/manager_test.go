@@ -15,12 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/converge-dev/converge/internal/localcp"
 )
@@ -316,8 +319,24 @@ func startAPIServer(t *testing.T) *apiServer {
 			t.Skip(msg)
 		}
 	}
-	cp, err := localcp.Start(t.Context(), localcp.Config{DataDir: t.TempDir(), BinDir: bin, Ephemeral: true})
-	if err != nil {
+	// Controller-runtime's client logs through the global logger; without
+	// one it complains on stderr. Manager logs go to the test via ctx.
+	log.SetLogger(logr.Discard())
+	// localcp picks free ports by binding port 0 and closing the listener;
+	// under load another process (or an outgoing connection's source port)
+	// can take one before etcd or the API server binds it. Retry on a fresh
+	// data directory and fresh ports in that case only.
+	var cp *localcp.ControlPlane
+	var err error
+	for attempt := 1; ; attempt++ {
+		cp, err = localcp.Start(t.Context(), localcp.Config{DataDir: t.TempDir(), BinDir: bin, Ephemeral: true})
+		if err == nil {
+			break
+		}
+		if attempt < 3 && strings.Contains(err.Error(), "already in use") {
+			t.Logf("starting the control plane (attempt %d), retrying: %v", attempt, err)
+			continue
+		}
 		t.Fatalf("starting the control plane: %v", err)
 	}
 	t.Cleanup(func() {
@@ -383,7 +402,7 @@ func TestManagerWithAPIServer(t *testing.T) {
 
 	t.Run("issues the Secret and injects the CA bundle", func(t *testing.T) {
 		g := NewWithT(t)
-		ctx := t.Context()
+		ctx := log.IntoContext(t.Context(), testr.New(t))
 		ns := api.namespace(t, "inject")
 		ignore := admissionregistrationv1.Ignore
 		none := admissionregistrationv1.SideEffectClassNone
@@ -453,7 +472,7 @@ func TestManagerWithAPIServer(t *testing.T) {
 		g.Expect(m.Sync(t.Context())).To(Succeed())
 		before := servedLeaf(t, m)
 
-		ctx, cancel := context.WithCancel(t.Context())
+		ctx, cancel := context.WithCancel(log.IntoContext(t.Context(), testr.New(t)))
 		done := make(chan error, 1)
 		go func() { done <- m.Start(ctx) }()
 		t.Cleanup(func() {
@@ -498,7 +517,7 @@ func TestManagerWithAPIServer(t *testing.T) {
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				g := NewWithT(t)
-				ctx := t.Context()
+				ctx := log.IntoContext(t.Context(), testr.New(t))
 				ns := api.namespace(t, fmt.Sprintf("race-%d", i))
 				if tc.stored != nil {
 					g.Expect(NewSecretStore(api.cs, ns, "webhook-cert").Save(ctx, nil, tc.stored)).To(Succeed())
