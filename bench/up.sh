@@ -49,7 +49,7 @@ command -v setsid >/dev/null && SETSID=(setsid)
 # ---------------------------------------------------------------- helpers
 
 now() { printf '%s\n' "${EPOCHREALTIME:-$(date +%s.%N)}"; }
-calc() { awk "BEGIN { printf \"%.${2:-1}f\", $1 }"; }
+calc() { awk "BEGIN { printf \"%.${2:-1}f\", ($1) }"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) printf "%.1f", v[(NR + 1) / 2]; else printf "%.1f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 alive() { # pid: running (neither gone nor a zombie)
 	local stat
@@ -114,13 +114,12 @@ data_users() {
 		done
 	done
 }
-# cpu_ticks pids...: summed utime+stime.
+# cpu_ticks pids...: "pid ticks" lines, ticks = utime+stime.
 cpu_ticks() {
-	local sum=0 p
+	local p
 	for p in "$@"; do
-		stat_fields "$p" && sum=$((sum + UTIME + STIME))
+		stat_fields "$p" && echo "$p $((UTIME + STIME))"
 	done
-	echo "$sum"
 }
 
 # fail MESSAGE OUTPUT: print both, keep the component logs, exit 1.
@@ -195,15 +194,28 @@ run() {
 	sleep "$(calc "$IDLE / 2" 2)"
 	local -a pids
 	mapfile -t pids < <(tree "$PID")
-	local c0 c1 ct0 ct1
-	c0=$(cpu_ticks "${pids[@]}") ct0=$(now)
+	local ct0 ct1 p t n
+	local -A ticks0=() dticks=()
+	while read -r p t; do ticks0[$p]=$t; done < <(cpu_ticks "${pids[@]}")
+	ct0=$(now)
 	sleep "$(calc "$IDLE / 2" 2)"
 	mapfile -t pids < <(tree "$PID")
-	c1=$(cpu_ticks "${pids[@]}") ct1=$(now)
-	local cpu
-	cpu=$(calc "100 * ($c1 - $c0) / $(getconf CLK_TCK) / ($ct1 - $ct0)" 0)
+	ct1=$(now)
+	local dtotal=0
+	while read -r p t; do
+		t=$((t - ${ticks0[$p]:-0}))
+		dtotal=$((dtotal + t))
+		n=$(name_of "$p")
+		dticks[$n]=$((${dticks[$n]:-0} + t))
+	done < <(cpu_ticks "${pids[@]}")
+	local hz cpu cpu_by=""
+	hz=$(getconf CLK_TCK)
+	cpu=$(calc "100 * $dtotal / $hz / ($ct1 - $ct0)" 0)
+	for n in "${COMPONENTS[@]}"; do
+		[[ -n ${dticks[$n]:-} ]] && cpu_by+="${cpu_by:+, }$n $(calc "100 * ${dticks[$n]} / $hz / ($ct1 - $ct0)" 0)"
+	done
 	local -A kib=()
-	local p n total=0 extra=""
+	local total=0
 	for p in "${pids[@]}"; do
 		n=$(name_of "$p")
 		kib[$n]=$((${kib[$n]:-0} + $(rss_kib "$p")))
@@ -231,14 +243,15 @@ run() {
 	s0=$(now)
 	SIGNALED=1
 	kill -INT "$PID"
-	local tick
+	local tick exited
 	while :; do
-		tick=$(now)
+		tick=$(now) exited=0
+		alive "$PID" || exited=1 # first, so that the pass below sees it gone
 		for entry in "${before[@]}"; do
 			IFS=: read -r p start n <<<"$entry"
 			[[ -z ${gone[$n]:-} ]] && ! alive "$p" && gone[$n]=$(calc "$tick - $s0" 2)
 		done
-		alive "$PID" || break
+		((exited)) && break
 		if (($(calc "$(now) - $s0 > $STOP_TIMEOUT" 0))); then
 			echo "bench: converge up ($label) still running ${STOP_TIMEOUT}s after SIGINT; killing it" >&2
 			kill -KILL "$PID"
@@ -282,8 +295,8 @@ run() {
 	phases=$(sed -n 's/^ *\[ *\([0-9.]*\)s\] \(.*\)$/\2 @\1s/p' "$out" | paste -sd ';' - | sed 's/;/; /g')
 	local waited=""
 	(($(calc "$lockwait > 0" 0))) && waited="; $lockwait s of it waiting for another control plane to start"
-	printf '%-7s up %5.2f s (self-reported %s s%s); idle: RSS %s MiB (%s), CPU %s%% of one core\n' \
-		"$label" "$wall" "$self" "$waited" "$total_mib" "$breakdown" "$cpu"
+	printf '%-7s up %5.2f s (self-reported %s s%s); idle: RSS %s MiB (%s), CPU %s%% of one core (%s)\n' \
+		"$label" "$wall" "$self" "$waited" "$total_mib" "$breakdown" "$cpu" "$cpu_by"
 	printf '        stop %5.2f s (exit %s; gone after: %s); orphans: %s\n' "$stop" "$rc" "$stop_order" "$orphans"
 	printf '        steps: %s\n' "$phases"
 }

@@ -158,7 +158,8 @@ runs:
 		fmt.Println(line)
 	}
 	if failed {
-		os.Exit(1)
+		stopSignals()
+		os.Exit(1) //nolint:gocritic // signals were released just above
 	}
 }
 

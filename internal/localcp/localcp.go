@@ -103,6 +103,14 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 	if err := preflight(&cfg); err != nil {
 		return nil, err
 	}
+	release, err := acquireStartLock(ctx, cfg.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { release() }()
+	if err := checkPorts(&cfg); err != nil {
+		return nil, err
+	}
 	cp := &ControlPlane{cfg: cfg, pki: pki{dir: filepath.Join(cfg.DataDir, "pki")}, failed: make(chan error, 8)}
 	defer func() {
 		if retErr != nil {
@@ -119,11 +127,6 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		return nil, err
 	}
 
-	release, err := acquireStartLock(ctx, cfg.Progress)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { release() }()
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cfg.EtcdPort)
 	if err := cp.startAndWait(ctx, cp.etcd(etcdURL), func(ctx context.Context) error {
 		return waitHTTP(ctx, etcdURL+"/health", http.DefaultClient)
@@ -473,20 +476,6 @@ func FreePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePortPair finds p such that p and p+1 are both free.
-func freePortPair() (int, error) {
-	for range 50 {
-		p, err := FreePort()
-		if err != nil {
-			return 0, err
-		}
-		if portFree(p+1) == nil {
-			return p, nil
-		}
-	}
-	return 0, errors.New("no two adjacent free ports found")
 }
 
 func portFree(port int) error {

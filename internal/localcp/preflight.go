@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -29,10 +31,7 @@ func preflight(cfg *Config) error {
 	if err := checkBinaries(cfg); err != nil {
 		return err
 	}
-	if err := checkDataDir(cfg.DataDir); err != nil {
-		return err
-	}
-	return checkPorts(cfg)
+	return checkDataDir(cfg.DataDir)
 }
 
 func checkBinaries(cfg *Config) error {
@@ -112,6 +111,49 @@ func sameMinor(a, b string) bool {
 	return am == bm && an == bn
 }
 
+// pickPorts fills in the ports left at 0. Every listener stays open until all
+// are chosen, so the kernel never hands out the same port twice.
+func pickPorts(cfg *Config) error {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	listen := func(port int) (int, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, l)
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	if cfg.EtcdPort == 0 {
+		found := false
+		for range 50 {
+			p, err := listen(0)
+			if err != nil {
+				return fmt.Errorf("finding a free port: %w", err)
+			}
+			if _, err := listen(p + 1); err == nil {
+				cfg.EtcdPort, found = p, true
+				break
+			}
+		}
+		if !found {
+			return errors.New("no two adjacent free ports found for etcd")
+		}
+	}
+	if cfg.APIServerPort == 0 {
+		p, err := listen(0)
+		if err != nil {
+			return fmt.Errorf("finding a free port: %w", err)
+		}
+		cfg.APIServerPort = p
+	}
+	return nil
+}
+
 // CheckPortFree returns a UserError naming what needs port on 127.0.0.1 and
 // the flag that moves it, when the port is taken.
 func CheckPortFree(port int, what, flag string) error {
@@ -122,17 +164,12 @@ func CheckPortFree(port int, what, flag string) error {
 	return nil
 }
 
+// checkPorts picks the ports left at 0 and checks the others are free. Call
+// it under the start lock, right before the components bind them, so that
+// another control plane starting on this machine cannot take them meanwhile.
 func checkPorts(cfg *Config) error {
-	var err error
-	if cfg.APIServerPort == 0 {
-		if cfg.APIServerPort, err = FreePort(); err != nil {
-			return fmt.Errorf("finding a free port: %w", err)
-		}
-	}
-	if cfg.EtcdPort == 0 {
-		if cfg.EtcdPort, err = freePortPair(); err != nil {
-			return fmt.Errorf("finding free ports: %w", err)
-		}
+	if err := pickPorts(cfg); err != nil {
+		return err
 	}
 	for _, p := range []struct {
 		port int

@@ -27,11 +27,11 @@ func acquireStartLock(ctx context.Context, progress func(string, ...any)) (relea
 	}
 	told := false
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) //nolint:gosec // a file descriptor fits an int
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return func() { _ = f.Close() }, nil
 		}
-		if err != syscall.EWOULDBLOCK { //nolint:errorlint // syscall errors are compared directly
+		if err != syscall.EWOULDBLOCK {
 			_ = f.Close()
 			return nil, fmt.Errorf("locking %s: %w", startLockPath, err)
 		}

@@ -36,6 +36,9 @@ const (
 // Issue creates a new CA and a serving certificate for hosts (DNS names or
 // IP addresses).
 func Issue(hosts []string, now time.Time) (*Bundle, error) {
+	if len(hosts) == 0 {
+		return nil, errors.New("a serving certificate needs at least one host name")
+	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generating CA key: %w", err)
@@ -59,6 +62,9 @@ func Issue(hosts []string, now time.Time) (*Bundle, error) {
 
 // reissueServing signs a new serving certificate with the bundle's CA.
 func (b *Bundle) reissueServing(hosts []string, now time.Time) error {
+	if len(hosts) == 0 {
+		return errors.New("a serving certificate needs at least one host name")
+	}
 	ca, err := parseCert(b.CACert)
 	if err != nil {
 		return fmt.Errorf("parsing CA: %w", err)

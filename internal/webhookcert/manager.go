@@ -66,7 +66,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if resync == 0 {
 		resync = 10 * time.Minute
 	}
-	if s, ok := m.Store.(*SecretStore); ok {
+	if s, ok := m.Store.(*SecretStore); ok && s.informer != nil {
 		go s.Run(ctx)
 	}
 	t := time.NewTicker(resync)
@@ -87,8 +87,21 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // Sync loads the bundle, issues or renews it if self-managing, serves it and
-// injects its CA. Call it once before the webhook server starts.
+// injects its CA. Call it once before the webhook server starts. When another
+// replica renews at the same time, its bundle is used (up to a few attempts).
 func (m *Manager) Sync(ctx context.Context) error {
+	var err error
+	for range 5 {
+		var retry bool
+		if retry, err = m.sync(ctx); !retry {
+			return err
+		}
+	}
+	return fmt.Errorf("webhook certificate in %s kept changing under us: %w", m.Store.Describe(), err)
+}
+
+// sync is one attempt; retry reports a lost race with another writer.
+func (m *Manager) sync(ctx context.Context) (retry bool, _ error) {
 	now := time.Now
 	if m.now != nil {
 		now = m.now
@@ -99,25 +112,30 @@ func (m *Manager) Sync(ctx context.Context) error {
 	}
 	b, err := m.Store.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("loading webhook certificate from %s: %w", m.Store.Describe(), err)
+		return false, fmt.Errorf("loading webhook certificate from %s: %w", m.Store.Describe(), err)
 	}
+	caBundle := []byte(nil)
 	if problem := b.Check(m.Hosts, now(), renew); problem != nil {
 		if !m.SelfManage {
 			if b == nil || b.Check(m.Hosts, now(), 0) != nil {
-				return fmt.Errorf("webhook certificate in %s cannot be used: %w", m.Store.Describe(), problem)
+				return false, fmt.Errorf("webhook certificate in %s cannot be used: %w", m.Store.Describe(), problem)
 			}
 			// Still valid, only close to expiry: whoever owns it renews it.
 		} else {
 			next, err := m.renew(b, now(), renew)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if err := m.Store.Save(ctx, b, next); err != nil {
 				if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-					// Another replica renewed it first: use theirs.
-					return m.Sync(ctx)
+					return true, err // another replica renewed it first: load theirs
 				}
-				return fmt.Errorf("saving webhook certificate to %s: %w", m.Store.Describe(), err)
+				return false, fmt.Errorf("saving webhook certificate to %s: %w", m.Store.Describe(), err)
+			}
+			if b != nil && len(b.CACert) > 0 && !bytes.Equal(b.CACert, next.CACert) {
+				// A new CA: trust both until the next resync, so replicas that
+				// still serve the old certificate are not cut off meanwhile.
+				caBundle = append(append([]byte{}, next.CACert...), b.CACert...)
 			}
 			log.FromContext(ctx).Info("Issued webhook serving certificate", "reason", problem.Error(),
 				"store", m.Store.Describe(), "notAfter", next.NotAfter())
@@ -126,13 +144,16 @@ func (m *Manager) Sync(ctx context.Context) error {
 	}
 	pair, err := tls.X509KeyPair(b.Cert, b.Key)
 	if err != nil {
-		return fmt.Errorf("loading webhook certificate: %w", err)
+		return false, fmt.Errorf("loading webhook certificate: %w", err)
 	}
 	m.current.Store(&pair)
-	if m.SelfManage && m.Client != nil {
-		return m.inject(ctx, b.CACert)
+	if caBundle == nil {
+		caBundle = b.CACert
 	}
-	return nil
+	if m.SelfManage && m.Client != nil {
+		return false, m.inject(ctx, caBundle)
+	}
+	return false, nil
 }
 
 // renew reissues the serving certificate with the existing CA when the CA is

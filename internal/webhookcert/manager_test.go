@@ -287,7 +287,7 @@ func binDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod")) //nolint:gosec // our own tree
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 		if err == nil && strings.Contains(string(data), "module github.com/converge-dev/converge\n") {
 			return filepath.Join(dir, "bin")
 		}
