@@ -8,11 +8,13 @@
 #   RUNS=3           warm starts after the cold one (and envtest runs)
 #   ENVTEST_RUNS=    runs of bench/envtest (default: RUNS); 0 skips it
 #   IDLE=10          seconds to let `converge up` idle before measuring RSS
+#                    (CPU is measured over the second half)
 #   READY_TIMEOUT=180, STOP_TIMEOUT=60   seconds before giving up
 #   BENCH_API_PORT=16443 BENCH_ETCD_PORT=12379 (and +1) BENCH_WEBHOOK_PORT=19443
 #   BENCH_METRICS_ADDR=127.0.0.1:18080 BENCH_PROBE_ADDR=127.0.0.1:18081
 #     non-default ports, so that the benchmark runs beside a `converge up`.
 set -euo pipefail
+export LC_ALL=C # a decimal point, not a comma, in $EPOCHREALTIME and awk
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,6 +51,8 @@ command -v setsid >/dev/null && SETSID=(setsid)
 # ---------------------------------------------------------------- helpers
 
 now() { printf '%s\n' "${EPOCHREALTIME:-$(date +%s.%N)}"; }
+# calc EXPR [DECIMALS]; the parentheses keep a ">" in EXPR from being an awk
+# output redirection.
 calc() { awk "BEGIN { printf \"%.${2:-1}f\", ($1) }"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) printf "%.1f", v[(NR + 1) / 2]; else printf "%.1f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 alive() { # pid: running (neither gone nor a zombie)

@@ -55,9 +55,12 @@ func TestWebhooksServeThroughTheAPIServer(t *testing.T) {
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring(`must match the selector "app=bad"`))
 
+	// A merge patch carries no resourceVersion, so the controller's status
+	// writes cannot turn this into a conflict: only admission can refuse it.
+	base := rs.DeepCopy()
 	rs.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "defaulted", "x": "y"}}
 	rs.Spec.Template.Labels["x"] = "y"
-	err = env.Client.Update(t.Context(), rs)
+	err = env.Client.Patch(t.Context(), rs, client.MergeFrom(base))
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.selector: Invalid value"))
 	g.Expect(err.Error()).To(ContainSubstring("field is immutable"))

@@ -39,7 +39,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/converge-dev/converge/internal/localcp"
 	"github.com/converge-dev/converge/internal/setup"
@@ -91,6 +93,9 @@ var skipReason string
 // exit code for os.Exit.
 func Main(m *testing.M, o Options, env **Environment) int {
 	flag.Parse() // testing.Verbose needs parsed flags
+	// The manager logs through controller-runtime: to stderr with -v, else
+	// nowhere (tests assert state, not logs).
+	ctrl.SetLogger(zap.New(zap.WriteTo(progressWriter())))
 	if os.Getenv("CONVERGE_SKIP_ENVTEST") != "" {
 		skipReason = "CONVERGE_SKIP_ENVTEST is set"
 		return m.Run()
