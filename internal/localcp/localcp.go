@@ -127,30 +127,33 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		return nil, err
 	}
 
+	// kube-apiserver spends its first seconds building its API before it
+	// dials etcd (and retries until etcd answers), so both start at once.
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cfg.EtcdPort)
-	if err := cp.startAndWait(ctx, cp.etcd(etcdURL), func(ctx context.Context) error {
+	etcd, api := cp.etcd(etcdURL), cp.apiserver(etcdURL)
+	for _, p := range []*process{etcd, api} {
+		cfg.Progress("starting %s", p.name)
+		if err := cp.launch(p); err != nil {
+			return nil, err
+		}
+	}
+	if err := cp.waitFor(ctx, etcd, func(ctx context.Context) error {
 		return waitHTTP(ctx, etcdURL+"/health", http.DefaultClient)
 	}); err != nil {
 		return nil, err
 	}
-	if err := cp.startAndWait(ctx, cp.apiserver(etcdURL), func(ctx context.Context) error {
-		return cp.waitAPIServer(ctx)
-	}); err != nil {
+	if err := cp.waitFor(ctx, api, cp.waitAPIServer); err != nil {
 		return nil, err
 	}
 	release()
 	release = func() {}
-	if cfg.BeforeControllers != nil {
-		if err := cfg.BeforeControllers(ctx, cp.rest); err != nil {
+
+	// The scheduler and kwok do not care about CRDs; kube-controller-manager
+	// starts after BeforeControllers (see Config).
+	if cfg.Scheduler {
+		if err := cp.launchAndTell(cp.scheduler()); err != nil {
 			return nil, err
 		}
-	}
-	var others []*process
-	if cfg.ControllerManager {
-		others = append(others, cp.controllerManager())
-	}
-	if cfg.Scheduler {
-		others = append(others, cp.scheduler())
 	}
 	if cfg.Nodes > 0 {
 		if err := cp.releaseNodeLeases(ctx); err != nil {
@@ -160,29 +163,33 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		if err != nil {
 			return nil, err
 		}
-		others = append(others, p)
-	}
-	for _, p := range others {
-		cfg.Progress("starting %s", p.name)
-		if err := cp.launch(p); err != nil {
+		if err := cp.launchAndTell(p); err != nil {
+			return nil, err
+		}
+		if err := cp.ensureNodes(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.Nodes > 0 {
-		if err := cp.ensureNodes(ctx); err != nil {
+	if cfg.BeforeControllers != nil {
+		if err := cfg.BeforeControllers(ctx, cp.rest); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ControllerManager {
+		if err := cp.launchAndTell(cp.controllerManager()); err != nil {
 			return nil, err
 		}
 	}
 	return cp, nil
 }
 
-// startAndWait launches p and waits until ready succeeds or p exits.
-func (cp *ControlPlane) startAndWait(ctx context.Context, p *process, ready func(context.Context) error) error {
+func (cp *ControlPlane) launchAndTell(p *process) error {
 	cp.cfg.Progress("starting %s", p.name)
-	t0 := time.Now()
-	if err := cp.launch(p); err != nil {
-		return err
-	}
+	return cp.launch(p)
+}
+
+// waitFor waits until ready succeeds or the launched p exits.
+func (cp *ControlPlane) waitFor(ctx context.Context, p *process, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
@@ -198,7 +205,7 @@ func (cp *ControlPlane) startAndWait(ctx context.Context, p *process, ready func
 	case <-p.exited:
 		return p.exitError()
 	}
-	cp.cfg.Progress("%s ready in %s", p.name, time.Since(t0).Round(10*time.Millisecond))
+	cp.cfg.Progress("%s ready in %s", p.name, time.Since(p.started).Round(10*time.Millisecond))
 	return nil
 }
 

@@ -19,10 +19,11 @@ type process struct {
 	args    []string
 	logPath string
 
-	cmd    *exec.Cmd
-	log    *os.File
-	exited chan struct{} // closed when the process has exited
-	err    error         // exit error, valid after exited is closed
+	cmd     *exec.Cmd
+	log     *os.File
+	started time.Time
+	exited  chan struct{} // closed when the process has exited
+	err     error         // exit error, valid after exited is closed
 }
 
 func (p *process) start() error {
@@ -42,6 +43,7 @@ func (p *process) start() error {
 	p.cmd.Stdout = log
 	p.cmd.Stderr = log
 	p.exited = make(chan struct{})
+	p.started = time.Now()
 	if err := startBound(p.cmd); err != nil {
 		_ = log.Close()
 		return fmt.Errorf("starting %s: %w", p.name, err)
