@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -111,11 +112,18 @@ func TestRenderingsApplyToAPIServer(t *testing.T) {
 
 			run(t, root, env, encode(t, crds), kubectl,
 				"apply", "--server-side", "--field-manager="+fieldManager, "-f", "-")
-			names := []string{"wait", "--for=condition=Established", "--timeout=60s"}
+			// Poll rather than `kubectl wait --for=condition=...`, which errors
+			// out instead of waiting while status.conditions is still absent.
 			for _, crd := range crds {
-				names = append(names, "crd/"+crd.GetName())
+				g.Eventually(func() string {
+					cmd := exec.CommandContext(t.Context(), kubectl, "get", "crd/"+crd.GetName(),
+						"-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+					cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
+					out, _ := cmd.Output()
+					return string(out)
+				}).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).Should(Equal("True"),
+					"CRD %s established", crd.GetName())
 			}
-			run(t, root, env, nil, kubectl, names...)
 
 			out := run(t, root, env, r.yaml, kubectl,
 				"apply", "--server-side", "--dry-run=server", "--field-manager="+fieldManager, "-f", "-")
