@@ -27,6 +27,7 @@ import (
 
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/localcp"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // What both renderings install: the chart as release "converge" in
@@ -644,37 +645,23 @@ func customResources(objs, crds []*unstructured.Unstructured) []string {
 	return out
 }
 
-// repoRoot walks up from the working directory to the directory holding
-// go.mod.
+// repoRoot and binDir resolve as every suite does (internal/testenv).
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return root
 }
 
-// binDir is $CONVERGE_BIN_DIR, else bin/ at the repository root.
 func binDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("CONVERGE_BIN_DIR"); d != "" {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return abs
+	bin, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(repoRoot(t), "bin")
+	return bin
 }
 
 // needBinaries skips the test (fails it in CI) when a binary is missing.

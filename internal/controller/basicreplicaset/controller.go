@@ -7,6 +7,7 @@ package basicreplicaset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -136,18 +137,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			rs.Status.ObservedGeneration = rs.Generation
 		}
 		if err := r.Status().Patch(ctx, rs, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = kerrorsJoin(retErr, fmt.Errorf("patching status: %w", err))
+			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		}
 	}()
 	if err := r.reconcilePods(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.requeueAfter}, nil
-}
-
-func kerrorsJoin(a, b error) error {
-	if a == nil {
-		return b
-	}
-	return fmt.Errorf("%w; %w", a, b)
 }
