@@ -5,6 +5,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
@@ -18,6 +19,9 @@ type controller struct {
 
 // controllers is every controller Converge runs. Add new ones here.
 var controllers = []controller{
+	{name: basicdeployment.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&basicdeployment.Reconciler{}).SetupWithManager(mgr)
+	}},
 	{name: basicreplicaset.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&basicreplicaset.Reconciler{}).SetupWithManager(mgr)
 	}},
@@ -31,6 +35,7 @@ type webhookSet struct {
 }
 
 var webhooks = []webhookSet{
+	{name: "basicdeployment", setup: webhookworkloads.BasicDeployment{}.SetupWithManager},
 	{name: "basicreplicaset", setup: webhookworkloads.BasicReplicaSet{}.SetupWithManager},
 }
 

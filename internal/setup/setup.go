@@ -35,6 +35,7 @@ import (
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/internal/install"
+	"github.com/converge-dev/converge/internal/sharding"
 	"github.com/converge-dev/converge/internal/webhookcert"
 )
 
@@ -42,7 +43,7 @@ import (
 // sharding.fluxcd.io/key). A manager started with --shard-key=K reconciles
 // only Converge objects labelled ShardLabel=K; a manager without a shard key
 // reconciles only those without the label.
-const ShardLabel = "sharding.converge.dev/key"
+const ShardLabel = sharding.Label
 
 // Options configure the manager. The zero value is not usable; start from
 // DefaultOptions.
@@ -319,7 +320,7 @@ func ShardSelector(key string) labels.Selector {
 
 // shardedKinds are the Converge kinds a shard key partitions.
 func shardedKinds() []client.Object {
-	return []client.Object{&workloadsv1alpha1.BasicReplicaSet{}}
+	return []client.Object{&workloadsv1alpha1.BasicReplicaSet{}, &workloadsv1alpha1.BasicDeployment{}}
 }
 
 // SelectControllers resolves --controllers into a sorted list of names.

@@ -45,6 +45,12 @@ type BasicReplicaSetStatus struct {
 	// +optional
 	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
 
+	// terminatingReplicas is the number of owned Pods being deleted that
+	// have not yet stopped (not Succeeded or Failed). A Recreate rollout
+	// waits for it to reach 0.
+	// +optional
+	TerminatingReplicas int32 `json:"terminatingReplicas,omitempty"`
+
 	// selector is the serialized label selector, for the scale subresource.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096

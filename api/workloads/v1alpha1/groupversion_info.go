@@ -1,5 +1,5 @@
 // Package v1alpha1 contains the workloads.converge.dev/v1alpha1 API: the
-// BasicReplicaSet (and, later, BasicDeployment) kinds that demonstrate the
+// BasicDeployment and BasicReplicaSet kinds that demonstrate the
 // parent-child reconciliation pattern on ordinary Pods.
 //
 // +kubebuilder:object:generate=true
@@ -26,6 +26,7 @@ var (
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&BasicReplicaSet{}, &BasicReplicaSetList{},
+		&BasicDeployment{}, &BasicDeploymentList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -34,6 +34,7 @@ type scope struct {
 	key          types.NamespacedName
 	now          time.Time
 	pods         []*corev1.Pod // active Pods owned after adoption
+	terminating  int           // owned Pods being deleted, not yet stopped
 	failure      error         // a create or delete the API refused
 	failureVerb  string
 	scaling      int // >0 scaling up, <0 down, 0 steady
@@ -73,8 +74,11 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		default:
 			continue
 		}
-		if isActive(p) {
+		switch {
+		case isActive(p):
 			s.pods = append(s.pods, p)
+		case !p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+			s.terminating++
 		}
 	}
 

@@ -18,11 +18,16 @@ func computeStatus(s *scope) {
 	rs := s.rs
 	st := &rs.Status
 	st.Replicas = int32(len(s.pods)) //nolint:gosec // bounded by spec.replicas and burst
+	st.TerminatingReplicas = int32(s.terminating) //nolint:gosec // bounded by the Pods in one namespace
 	st.ReadyReplicas, st.AvailableReplicas = 0, 0
+	var notReady *corev1.Pod
 	minReady := time.Duration(rs.Spec.MinReadySeconds) * time.Second
 	var nextAvailable time.Duration
 	for _, p := range s.pods {
 		if !podReady(p) {
+			if notReady == nil || p.CreationTimestamp.Before(&notReady.CreationTimestamp) {
+				notReady = p
+			}
 			continue
 		}
 		st.ReadyReplicas++
@@ -53,6 +58,9 @@ func computeStatus(s *scope) {
 	case st.AvailableReplicas < want:
 		ready.Status, ready.Reason = metav1.ConditionFalse, workloadsv1alpha1.WaitingForAvailableReason
 		ready.Message = fmt.Sprintf("%d of %d Pods available", st.AvailableReplicas, want)
+		if notReady != nil {
+			ready.Message += "; " + whyNotReady(notReady)
+		}
 	default:
 		ready.Status, ready.Reason = metav1.ConditionTrue, workloadsv1alpha1.AvailableReason
 		ready.Message = fmt.Sprintf("%d of %d Pods available", st.AvailableReplicas, want)
@@ -89,4 +97,34 @@ func readySince(p *corev1.Pod) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// whyNotReady names the oldest Pod that is not Ready and the reason its
+// status gives (a waiting container's reason, or the Ready condition's), so
+// that a stuck rollout says why without anyone listing Pods.
+func whyNotReady(p *corev1.Pod) string {
+	for _, cs := range append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			msg := fmt.Sprintf("Pod %s: container %s is waiting: %s", p.Name, cs.Name, w.Reason)
+			if w.Message != "" {
+				msg += ": " + w.Message
+			}
+			return msg
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("Pod %s is not scheduled: %s %s", p.Name, c.Reason, c.Message)
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Reason != "" {
+			msg := fmt.Sprintf("Pod %s is not Ready: %s", p.Name, c.Reason)
+			if c.Message != "" {
+				msg += ": " + c.Message
+			}
+			return msg
+		}
+	}
+	return fmt.Sprintf("Pod %s is not Ready (phase %s)", p.Name, p.Status.Phase)
 }

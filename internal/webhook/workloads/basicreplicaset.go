@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +44,7 @@ func (BasicReplicaSet) Default(_ context.Context, rs *workloadsv1alpha1.BasicRep
 
 // ValidateCreate checks a new BasicReplicaSet.
 func (BasicReplicaSet) ValidateCreate(_ context.Context, rs *workloadsv1alpha1.BasicReplicaSet) (admission.Warnings, error) {
-	return nil, toStatus(rs, validateSpec(&rs.Spec, field.NewPath("spec")))
+	return nil, toStatus(rs, validateSelectorAndTemplate(rs.Spec.Selector, &rs.Spec.Template, field.NewPath("spec")))
 }
 
 // ValidateUpdate checks a change to the spec; the selector is immutable.
@@ -53,7 +54,7 @@ func (BasicReplicaSet) ValidateUpdate(_ context.Context, old, rs *workloadsv1alp
 		// never refused, even for an object stored before a rule existed.
 		return nil, nil
 	}
-	errs := validateSpec(&rs.Spec, field.NewPath("spec"))
+	errs := validateSelectorAndTemplate(rs.Spec.Selector, &rs.Spec.Template, field.NewPath("spec"))
 	if !apiequality.Semantic.DeepEqual(old.Spec.Selector, rs.Spec.Selector) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "selector"), rs.Spec.Selector, "field is immutable"))
 	}
@@ -65,29 +66,30 @@ func (BasicReplicaSet) ValidateDelete(context.Context, *workloadsv1alpha1.BasicR
 	return nil, nil
 }
 
-// validateSpec checks what the OpenAPI schema cannot: the selector is valid,
-// not empty, and matches the template's labels.
-func validateSpec(spec *workloadsv1alpha1.BasicReplicaSetSpec, p *field.Path) field.ErrorList {
+// validateSelectorAndTemplate checks what the OpenAPI schema cannot: the
+// selector is valid, not empty, and matches the template's labels, and the
+// template has a container.
+func validateSelectorAndTemplate(selector *metav1.LabelSelector, template *corev1.PodTemplateSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if spec.Selector == nil {
+	if selector == nil {
 		return append(errs, field.Required(p.Child("selector"), "a selector is required"))
 	}
-	errs = append(errs, metav1validation.ValidateLabelSelector(spec.Selector,
+	errs = append(errs, metav1validation.ValidateLabelSelector(selector,
 		metav1validation.LabelSelectorValidationOptions{}, p.Child("selector"))...)
 	if len(errs) > 0 {
 		return errs
 	}
-	sel, err := metav1.LabelSelectorAsSelector(spec.Selector)
+	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
-		return append(errs, field.Invalid(p.Child("selector"), spec.Selector, err.Error()))
+		return append(errs, field.Invalid(p.Child("selector"), selector, err.Error()))
 	}
 	if sel.Empty() {
-		errs = append(errs, field.Invalid(p.Child("selector"), spec.Selector, "an empty selector would select every Pod in the namespace"))
-	} else if !sel.Matches(labels.Set(spec.Template.Labels)) {
-		errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels"), spec.Template.Labels,
+		errs = append(errs, field.Invalid(p.Child("selector"), selector, "an empty selector would select every Pod in the namespace"))
+	} else if !sel.Matches(labels.Set(template.Labels)) {
+		errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels"), template.Labels,
 			fmt.Sprintf("must match the selector %q", sel.String())))
 	}
-	if len(spec.Template.Spec.Containers) == 0 {
+	if len(template.Spec.Containers) == 0 {
 		errs = append(errs, field.Required(p.Child("template", "spec", "containers"), "at least one container is required"))
 	}
 	return errs
