@@ -63,6 +63,8 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "use a Lease so that one replica is active at a time")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the Pod's namespace)")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the Lease (the shard key is appended)")
+	f.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server (as kube-controller-manager's flag)")
+	f.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server (as kube-controller-manager's flag)")
 	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
 	f.IntVar(&webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
 	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")

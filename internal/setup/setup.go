@@ -80,6 +80,12 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long runnables get to stop.
 	GracefulShutdownTimeout time.Duration
 
+	// KubeAPIQPS and KubeAPIBurst rate-limit the manager's API client, as
+	// kube-controller-manager's --kube-api-qps and --kube-api-burst (same
+	// defaults, 50 and 100). Zero keeps the rest.Config's own.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
 	// SkipControllerNameValidation allows several managers in one process
 	// (tests); controller names are otherwise unique per process so that
 	// metrics are not reported twice.
@@ -116,6 +122,8 @@ func DefaultOptions() Options {
 		HealthProbeBindAddress:  ":8081",
 		LeaderElectionID:        "converge-manager",
 		GracefulShutdownTimeout: 30 * time.Second,
+		KubeAPIQPS:              50,
+		KubeAPIBurst:            100,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,
@@ -149,6 +157,15 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	enabled, err := SelectControllers(o.Controllers)
 	if err != nil {
 		return nil, err
+	}
+	if o.KubeAPIQPS > 0 || o.KubeAPIBurst > 0 {
+		cfg = rest.CopyConfig(cfg)
+		if o.KubeAPIQPS > 0 {
+			cfg.QPS = o.KubeAPIQPS
+		}
+		if o.KubeAPIBurst > 0 {
+			cfg.Burst = o.KubeAPIBurst
+		}
 	}
 	scheme := Scheme()
 	mopts := ctrl.Options{
