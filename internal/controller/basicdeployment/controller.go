@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -117,6 +118,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if retErr == nil {
 			d.Status.ObservedGeneration = d.Generation
 			res.RequeueAfter = s.requeueAfter
+		}
+		if apiequality.Semantic.DeepEqual(base.Status, d.Status) {
+			return // nothing changed: spare the API server an empty patch
 		}
 		if err := r.Status().Patch(ctx, d, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -135,6 +136,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		computeStatus(s)
 		if retErr == nil {
 			rs.Status.ObservedGeneration = rs.Generation
+		}
+		if apiequality.Semantic.DeepEqual(base.Status, rs.Status) {
+			return // nothing changed: spare the API server an empty patch
 		}
 		if err := r.Status().Patch(ctx, rs, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))

@@ -17,7 +17,7 @@ import (
 func computeStatus(s *scope) {
 	rs := s.rs
 	st := &rs.Status
-	st.Replicas = int32(len(s.pods)) //nolint:gosec // bounded by spec.replicas and burst
+	st.Replicas = int32(len(s.pods))              //nolint:gosec // bounded by spec.replicas and burst
 	st.TerminatingReplicas = int32(s.terminating) //nolint:gosec // bounded by the Pods in one namespace
 	st.ReadyReplicas, st.AvailableReplicas = 0, 0
 	var notReady *corev1.Pod
