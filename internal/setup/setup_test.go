@@ -31,6 +31,12 @@ func TestControllerNames(t *testing.T) {
 
 func TestSelectControllers(t *testing.T) {
 	all := ControllerNames()
+	var allButRS []string
+	for _, n := range all {
+		if n != "basicreplicaset" {
+			allButRS = append(allButRS, n)
+		}
+	}
 	cases := []struct {
 		name    string
 		spec    []string
@@ -41,8 +47,8 @@ func TestSelectControllers(t *testing.T) {
 		{name: "empty means all", spec: []string{}, want: all},
 		{name: "star", spec: []string{"*"}, want: all},
 		{name: "star with spaces", spec: []string{" * "}, want: all},
-		{name: "star minus one", spec: []string{"*", "-basicreplicaset"}, want: []string{"basicdeployment"}},
-		{name: "minus one then star", spec: []string{"-basicreplicaset", "*"}, want: []string{"basicdeployment"}},
+		{name: "star minus one", spec: []string{"*", "-basicreplicaset"}, want: allButRS},
+		{name: "minus one then star", spec: []string{"-basicreplicaset", "*"}, want: allButRS},
 		{name: "one by name", spec: []string{"basicreplicaset"}, want: []string{"basicreplicaset"}},
 		{name: "only a disable", spec: []string{"-basicreplicaset"}, want: nil},
 		{name: "unknown name", spec: []string{"nosuchcontroller"},
