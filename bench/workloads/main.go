@@ -9,8 +9,8 @@
 //   - the API requests each issued, read from kube-apiserver's
 //     apiserver_request_total before and after each phase.
 //
-// Both sides use the same client rate limits (50 QPS, burst 100: the
-// kube-controller-manager defaults, which Converge's manager now shares) and
+// Both sides use the same client rate limits (20 QPS, burst 30: the
+// kube-controller-manager defaults, which Converge's manager shares) and
 // 5 concurrent syncs. It prints figures and asserts nothing. From the
 // repository root (after `make tools`):
 //

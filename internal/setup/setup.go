@@ -82,7 +82,8 @@ type Options struct {
 
 	// KubeAPIQPS and KubeAPIBurst rate-limit the manager's API client, as
 	// kube-controller-manager's --kube-api-qps and --kube-api-burst (same
-	// defaults, 50 and 100). Zero keeps the rest.Config's own.
+	// defaults, 20 and 30, which are also controller-runtime's). Zero keeps
+	// the rest.Config's own.
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 
@@ -122,8 +123,8 @@ func DefaultOptions() Options {
 		HealthProbeBindAddress:  ":8081",
 		LeaderElectionID:        "converge-manager",
 		GracefulShutdownTimeout: 30 * time.Second,
-		KubeAPIQPS:              50,
-		KubeAPIBurst:            100,
+		KubeAPIQPS:              20,
+		KubeAPIBurst:            30,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,
