@@ -54,8 +54,9 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, int32(*replicas), *runs, *timeout); err != nil { //nolint:gosec // a flag
+	err := run(ctx, int32(*replicas), *runs, *timeout) //nolint:gosec // a flag
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "workloads:", err)
 		os.Exit(1)
 	}

@@ -104,7 +104,6 @@ type podRecorder struct {
 	maxLive  int
 	minReady int // from when armed
 	armed    bool
-	hashesAt map[int]int // max number of distinct live hashes seen
 	maxHash  int
 	events   int
 }

@@ -73,7 +73,7 @@ func fenceposts(d *workloadsv1alpha1.BasicDeployment) (surge, unavailable int32)
 	if s == 0 && u == 0 {
 		u = 1
 	}
-	return int32(s), int32(u) //nolint:gosec // bounded by the percentages and replicas the webhook allows
+	return int32(s), int32(u)
 }
 
 func maxSurge(d *workloadsv1alpha1.BasicDeployment) int32 {
@@ -167,7 +167,7 @@ func proportions(active []*workloadsv1alpha1.BasicReplicaSet, toAdd int32) []int
 	})
 	var added int32
 	for _, i := range order {
-		p := int32(int64(sizes[i]) * int64(toAdd) / int64(total))
+		p := int32(int64(sizes[i]) * int64(toAdd) / int64(total)) //nolint:gosec // |p| <= |toAdd|, an int32
 		if toAdd < 0 {
 			p = max(p, -sizes[i])
 		}
@@ -182,7 +182,6 @@ func proportions(active []*workloadsv1alpha1.BasicReplicaSet, toAdd int32) []int
 		}
 		if left > 0 {
 			sizes[i] += left
-			added += left
 			break
 		}
 		take := max(left, -sizes[i])

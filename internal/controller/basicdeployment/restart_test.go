@@ -29,7 +29,7 @@ func startShardManager(t *testing.T, shard string) (stop func()) {
 	o.Webhook.Disabled = true // the suite's manager serves admission
 	o.SkipControllerNameValidation = true
 	o.GracefulShutdownTimeout = time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background()) //nolint:forbidigo // outlives no test: stopped below
+	ctx, cancel := context.WithCancel(context.Background())
 	cv, err := setup.New(ctx, env.Config, o)
 	if err != nil {
 		cancel()
