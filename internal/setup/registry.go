@@ -6,6 +6,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
 
@@ -32,6 +33,8 @@ type webhookSet struct {
 
 var webhooks = []webhookSet{
 	{name: "basicreplicaset", setup: webhookworkloads.BasicReplicaSet{}.SetupWithManager},
+	{name: "gitrepository", setup: webhookgitops.GitRepository{}.SetupWithManager},
+	{name: "sync", setup: webhookgitops.Sync{}.SetupWithManager},
 }
 
 // ControllerNames lists every controller by name, sorted.
