@@ -6,6 +6,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	"github.com/converge-dev/converge/internal/gitops/artifact"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
@@ -21,6 +23,9 @@ type controller struct {
 var controllers = []controller{
 	{name: basicreplicaset.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&basicreplicaset.Reconciler{}).SetupWithManager(mgr)
+	}},
+	{name: gitrepository.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&gitrepository.Reconciler{Store: artifact.Store{Dir: o.GitOps.CacheDir}}).SetupWithManager(mgr)
 	}},
 }
 
