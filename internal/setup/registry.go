@@ -7,6 +7,7 @@ import (
 
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
@@ -26,6 +27,13 @@ var controllers = []controller{
 	}},
 	{name: gitrepository.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&gitrepository.Reconciler{Store: artifact.Store{Dir: o.GitOps.CacheDir}}).SetupWithManager(mgr)
+	}},
+	{name: syncctrl.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&syncctrl.Reconciler{
+			Store:                   artifact.Store{Dir: o.GitOps.CacheDir},
+			AllowCrossNamespaceRefs: o.GitOps.AllowCrossNamespaceRefs,
+			DefaultServiceAccount:   o.GitOps.DefaultServiceAccount,
+		}).SetupWithManager(mgr)
 	}},
 }
 
