@@ -62,6 +62,8 @@ const (
 // Reconciler reconciles Syncs.
 type Reconciler struct {
 	client.Client
+	// APIReader reads Syncs uncached.
+	APIReader client.Reader
 	// Config is the manager's REST config; impersonating clients derive
 	// from it.
 	Config *rest.Config
@@ -90,6 +92,7 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.Config = mgr.GetConfig()
+	r.APIReader = mgr.GetAPIReader()
 	r.Mapper = mgr.GetRESTMapper()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	r.states = map[types.NamespacedName]*syncState{}
@@ -161,7 +164,9 @@ func requests(list *gitopsv1alpha1.SyncList) []reconcile.Request {
 // Reconcile applies one Sync.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	sy := &gitopsv1alpha1.Sync{}
-	if err := r.Get(ctx, req.NamespacedName, sy); err != nil {
+	// Read past the cache: the status (inventory, last revision, drift
+	// count) written by the previous run must be seen by this one.
+	if err := r.APIReader.Get(ctx, req.NamespacedName, sy); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
 		}
@@ -171,7 +176,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if sy.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(sy, gitopsv1alpha1.SyncFinalizer) {
 		base := sy.DeepCopy()
 		controllerutil.AddFinalizer(sy, gitopsv1alpha1.SyncFinalizer)
-		return ctrl.Result{}, r.Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager))
+		if err := r.Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+			return ctrl.Result{}, err
+		}
+		// Carry on: a finalizer change triggers no event of its own.
 	}
 	s := &scope{sync: sy, now: time.Now(), st: r.state(req.NamespacedName)}
 	base := sy.DeepCopy()

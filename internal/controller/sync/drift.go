@@ -76,8 +76,11 @@ func (d *driftWatcher) ensure(ctx context.Context, refs []gitopsv1alpha1.ObjectR
 		obj.SetGroupVersionKind(gvk)
 		src := source.Kind(d.cache, obj, handler.TypedFuncs[*metav1.PartialObjectMetadata, reconcile.Request]{
 			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*metav1.PartialObjectMetadata], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				// Seen at start-up and after our own creates; the queue
-				// deduplicates and the record makes the check free.
+				// The informer's first list: an object someone else already
+				// wrote to may have drifted before the watch started.
+				if writtenByOthers(e.Object) {
+					d.enqueue(e.Object, gvk, q)
+				}
 			},
 			UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*metav1.PartialObjectMetadata], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				if changedByOthers(e.ObjectOld, e.ObjectNew) {
@@ -150,6 +153,15 @@ func changedByOthers(old, cur *metav1.PartialObjectMetadata) bool {
 	// Labels or annotations we set may have been removed by a writer whose
 	// entry did not change otherwise.
 	return !slices.Equal(managerNames(old.ManagedFields), managerNames(cur.ManagedFields))
+}
+
+func writtenByOthers(o *metav1.PartialObjectMetadata) bool {
+	for _, mf := range o.ManagedFields {
+		if mf.Manager != FieldManager && mf.Subresource == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func timeEqual(a, b *metav1.Time) bool {

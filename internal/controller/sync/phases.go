@@ -172,7 +172,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		s.fail(gitopsv1alpha1.PruneFailedReason, false, "revision %s: %v", revision, err)
 		return ctrl.Result{RequeueAfter: s.retryAfter()}, nil
 	}
-	sy.Status.LastApplySummary = s.changes.summary()
+	if s.changes.changed() || sy.Status.LastAppliedRevision != revision || sy.Status.LastApplySummary == "" {
+		sy.Status.LastApplySummary = s.changes.summary()
+	}
 	if err := r.drift.ensure(ctx, sy.Status.Inventory); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Watching inventory kinds for drift")
 	}
@@ -387,4 +389,3 @@ func approved(sy *gitopsv1alpha1.Sync, revision string) bool {
 	v := sy.Annotations[gitopsv1alpha1.ApprovePruneAnnotation]
 	return v != "" && v == revision
 }
-

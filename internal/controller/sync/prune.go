@@ -41,7 +41,15 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 		sy.Status.Inventory = union(nil, desired)
 		return nil
 	}
-	limit, err := webhookgitops.ResolvePruneLimit(sy.Spec.PruneLimit, len(sy.Status.Inventory))
+	// Entries that never got created (an apply failed after the inventory
+	// was written ahead) or are already gone are dropped and do not count
+	// against the limit.
+	stale, err := r.existing(ctx, c, stale)
+	if err != nil {
+		return err
+	}
+	total := len(sy.Status.Inventory)
+	limit, err := webhookgitops.ResolvePruneLimit(sy.Spec.PruneLimit, total)
 	if err != nil {
 		return err
 	}
@@ -108,6 +116,24 @@ func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1
 		return false, fmt.Errorf("pruning %s: %w", refString(ref), err)
 	}
 	return err == nil, nil
+}
+
+// existing keeps the refs whose object exists.
+func (r *Reconciler) existing(ctx context.Context, c client.Client, refs []gitopsv1alpha1.ObjectRef) ([]gitopsv1alpha1.ObjectRef, error) {
+	var out []gitopsv1alpha1.ObjectRef
+	for _, ref := range refs {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(gvkOf(ref))
+		err := c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, m)
+		switch {
+		case err == nil:
+			out = append(out, ref)
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		default:
+			return nil, fmt.Errorf("reading %s before pruning: %w", refString(ref), err)
+		}
+	}
+	return out, nil
 }
 
 func appliedByUs(mfs []metav1.ManagedFieldsEntry) bool {

@@ -63,11 +63,16 @@ func kustomize(root, dir string) ([]*unstructured.Unstructured, error) {
 	}
 	var out []*unstructured.Unstructured
 	for _, res := range rm.Resources() {
-		m, err := res.Map()
+		// Through JSON: kustomize's maps hold Go ints, which unstructured
+		// objects cannot hold.
+		js, err := res.MarshalJSON()
 		if err != nil {
 			return nil, fmt.Errorf("kustomize build: %w", err)
 		}
-		u := &unstructured.Unstructured{Object: m}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(js); err != nil {
+			return nil, fmt.Errorf("kustomize build: %w", err)
+		}
 		if err := check(u); err != nil {
 			return nil, fmt.Errorf("kustomize build: %w", err)
 		}
