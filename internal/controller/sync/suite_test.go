@@ -149,10 +149,16 @@ func inventoryNames(s *gitopsv1alpha1.Sync) []string {
 // GitRepository and returns the repo.
 func setupRepo(t *testing.T, ns string, files map[string]string) (*gittest.Repo, string, *gitopsv1alpha1.GitRepository) {
 	t.Helper()
+	return setupRepoLabelled(t, ns, files, nil)
+}
+
+func setupRepoLabelled(t *testing.T, ns string, files, labels map[string]string) (*gittest.Repo, string, *gitopsv1alpha1.GitRepository) {
+	t.Helper()
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "app")
 	hash := repo.Commit(t, "initial", files)
 	gr := gitRepository(ns, "app", repo.FileURL())
+	gr.Labels = labels
 	if err := env.Client.Create(t.Context(), gr); err != nil {
 		t.Fatal(err)
 	}
