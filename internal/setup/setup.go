@@ -36,6 +36,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/webhookcert"
 )
@@ -226,6 +227,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 				return nil, fmt.Errorf("setting up %s webhook: %w", w.name, err)
 			}
 		}
+		// Push webhooks from git hosts (GitHub, GitLab, generic) share the
+		// webhook server's TLS listener.
+		mgr.GetWebhookServer().Register(receiver.PathPrefix, &receiver.Handler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()})
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return nil, err
 		}
