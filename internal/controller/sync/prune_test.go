@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -9,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitopscli"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -53,7 +55,10 @@ func TestPruneLimitHoldsUntilApproved(t *testing.T) {
 	}
 	patch("main@sha1:0000000000000000000000000000000000000000")
 	waitReason(t, g, ns, "app", gitopsv1alpha1.PruneLimitExceededReason)
-	patch(s.Status.PendingPrune.Revision)
+	// `converge sync approve-prune` approves the held revision.
+	var out strings.Builder
+	g.Expect(gitopscli.ApprovePrune(t.Context(), env.Client, &out, client.ObjectKeyFromObject(s))).To(Succeed())
+	g.Expect(out.String()).To(ContainSubstring("approved pruning 3 objects"))
 	s = waitApplied(t, g, ns, "app", h2)
 	g.Expect(s.Status.PendingPrune).To(BeNil())
 	g.Expect(inventoryNames(s)).To(ConsistOf("ConfigMap/cm0"))

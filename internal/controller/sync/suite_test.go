@@ -168,3 +168,5 @@ func setupRepoLabelled(t *testing.T, ns string, files, labels map[string]string)
 func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
 
 func rawMerge(p []byte) client.Patch { return client.RawPatch("application/merge-patch+json", p) }
+
+const testenvTimeout = 30 * time.Second
