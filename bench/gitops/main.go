@@ -163,10 +163,6 @@ type bench struct {
 	c    client.Client
 	ctx  context.Context
 	root string
-	n    int
-
-	pushRepo string
-	pushNS   string
 }
 
 func step(s string) { fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), s) }

@@ -277,4 +277,3 @@ func (Client) Checkout(ctx context.Context, url string, r Resolved, creds Creden
 		Time:    c.Author.When,
 	}, nil
 }
-

@@ -67,7 +67,7 @@ func TestTransportsAndRefs(t *testing.T) {
 
 			r, _, _, err = checkout(t, tc.url, git.Ref{SemVer: ">=1.0.0 <2.0.0"}, tc.creds)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(r.Revision()).To(Equal("v1.1.0@sha1:" + second), "highest tag in range, pre-releases excluded")
+			g.Expect(r.Revision()).To(Equal("v1.1.0@sha1:"+second), "highest tag in range, pre-releases excluded")
 
 			r, cm, dir, err = checkout(t, tc.url, git.Ref{Branch: "main", Commit: first}, tc.creds)
 			g.Expect(err).NotTo(HaveOccurred())

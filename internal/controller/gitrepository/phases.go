@@ -173,6 +173,11 @@ func applyIgnore(dir, rules string) error {
 		return nil
 	}
 	m := gitignore.NewMatcher(ps)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return err
@@ -182,7 +187,8 @@ func applyIgnore(dir, rules string) error {
 			return err
 		}
 		if m.Match(strings.Split(filepath.ToSlash(rel), "/"), d.IsDir()) {
-			if err := os.RemoveAll(p); err != nil {
+			// Through the root: a symlink cannot make this delete outside.
+			if err := root.RemoveAll(rel); err != nil {
 				return err
 			}
 			if d.IsDir() {

@@ -70,7 +70,7 @@ func managersOf(live *unstructured.Unstructured, changed []string) []string {
 			continue
 		}
 		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
+		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.GetRawBytes())); err != nil {
 			continue
 		}
 		hit := false

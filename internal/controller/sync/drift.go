@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -64,7 +65,7 @@ func newDriftWatcher(mgr ctrl.Manager, c controller.Controller) (*driftWatcher, 
 }
 
 // ensure starts watching the kinds of refs not yet watched.
-func (d *driftWatcher) ensure(ctx context.Context, refs []gitopsv1alpha1.ObjectRef) error {
+func (d *driftWatcher) ensure(refs []gitopsv1alpha1.ObjectRef) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ref := range refs {
@@ -175,7 +176,7 @@ func fieldsEqual(a, b *metav1.FieldsV1) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return string(a.Raw) == string(b.Raw)
+	return bytes.Equal(a.GetRawBytes(), b.GetRawBytes())
 }
 
 func managerNames(mfs []metav1.ManagedFieldsEntry) []string {

@@ -175,7 +175,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if s.changes.changed() || sy.Status.LastAppliedRevision != revision || sy.Status.LastApplySummary == "" {
 		sy.Status.LastApplySummary = s.changes.summary()
 	}
-	if err := r.drift.ensure(ctx, sy.Status.Inventory); err != nil {
+	if err := r.drift.ensure(sy.Status.Inventory); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Watching inventory kinds for drift")
 	}
 
@@ -248,9 +248,7 @@ func (r *Reconciler) render(s *scope, dir string) ([]*unstructured.Unstructured,
 		return nil, err
 	}
 	for _, u := range objs {
-		if err := r.prepare(sy, u); err != nil {
-			return nil, err
-		}
+		r.prepare(sy, u)
 	}
 	s.st.mu.Lock()
 	s.st.renderKey, s.st.rendered = rk, objs
@@ -259,7 +257,7 @@ func (r *Reconciler) render(s *scope, dir string) ([]*unstructured.Unstructured,
 }
 
 // prepare sets the target namespace and the ownership labels.
-func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) error {
+func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) {
 	l := u.GetLabels()
 	if l == nil {
 		l = map[string]string{}
@@ -267,21 +265,15 @@ func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructur
 	l[gitopsv1alpha1.SyncNameLabel] = sy.Name
 	l[gitopsv1alpha1.SyncNamespaceLabel] = sy.Namespace
 	u.SetLabels(l)
-	if u.GetNamespace() != "" || sy.Spec.TargetNamespace == "" {
-		return nil
+	if u.GetNamespace() != "" || sy.Spec.TargetNamespace == "" || isClusterScopedWellKnown(u) {
+		return
 	}
-	if isClusterScopedWellKnown(u) {
-		return nil
-	}
-	m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
-	if err != nil {
-		// A kind defined by a CRD of this same render: decided at apply.
-		return nil //nolint:nilerr // resolved again at apply time
-	}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+	// A kind defined by a CRD of this same render does not map yet: its
+	// namespace is decided again at apply time.
+	if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
+		m.Scope.Name() == meta.RESTScopeNameNamespace {
 		u.SetNamespace(sy.Spec.TargetNamespace)
 	}
-	return nil
 }
 
 func isClusterScopedWellKnown(u *unstructured.Unstructured) bool {

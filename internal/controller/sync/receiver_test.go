@@ -33,7 +33,7 @@ func TestReceiverTriggersFetch(t *testing.T) {
 
 	h2 := repo.Commit(t, "pushed", map[string]string{"app/a.yaml": configMap("a", map[string]string{"v": "2"})})
 	url := fmt.Sprintf("https://127.0.0.1:%d/hook/gitrepository/%s/app", env.WebhookPort, ns)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test's self-signed webhook certificate
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	post := func(sig string) int {
 		body := []byte(`{"ref":"refs/heads/main"}`)
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/cgi"
+	"net/http/cgi" //nolint:gosec // runs git http-backend for tests; Go >= 1.6.3 is not affected by httpoxy
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -229,4 +229,3 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
-

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ErrPathNotFound: the path does not exist in the artifact.
+// ErrPathNotFound is returned when the path does not exist in the artifact.
 var ErrPathNotFound = errors.New("path not found")
 
 var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}

@@ -22,8 +22,6 @@ func write(t *testing.T, root string, files map[string]string) {
 	}
 }
 
-const cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n"
-
 func TestPlainRecursiveMultiDoc(t *testing.T) {
 	g := NewWithT(t)
 	root := t.TempDir()

@@ -111,8 +111,8 @@ func ValidateGitRepositorySpec(spec *gitopsv1alpha1.GitRepositorySpec, p *field.
 			}
 		}
 	}
-	errs = append(errs, positive(spec.Interval, p.Child("interval"), minInterval, 0)...)
-	errs = append(errs, positive(spec.Timeout, p.Child("timeout"), minInterval, maxTimeout)...)
+	errs = append(errs, positive(spec.Interval, p.Child("interval"), 0)...)
+	errs = append(errs, positive(spec.Timeout, p.Child("timeout"), maxTimeout)...)
 	return errs
 }
 
@@ -141,8 +141,10 @@ func validateURL(raw string, p *field.Path) field.ErrorList {
 	return nil
 }
 
-// positive checks a duration is at least lo and, when hi > 0, at most hi.
-func positive(d *metav1.Duration, p *field.Path, lo, hi time.Duration) field.ErrorList {
+// positive checks a duration is at least minInterval and, when hi > 0, at
+// most hi.
+func positive(d *metav1.Duration, p *field.Path, hi time.Duration) field.ErrorList {
+	lo := minInterval
 	if d == nil {
 		return nil
 	}

@@ -115,9 +115,9 @@ func ValidateSyncSpec(s *gitopsv1alpha1.Sync, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("sourceRef", "namespace"), spec.SourceRef.Namespace, m))
 		}
 	}
-	errs = append(errs, positive(spec.Interval, p.Child("interval"), minInterval, 0)...)
-	errs = append(errs, positive(spec.RetryInterval, p.Child("retryInterval"), minInterval, 0)...)
-	errs = append(errs, positive(spec.Timeout, p.Child("timeout"), minInterval, 24*time.Hour)...)
+	errs = append(errs, positive(spec.Interval, p.Child("interval"), 0)...)
+	errs = append(errs, positive(spec.RetryInterval, p.Child("retryInterval"), 0)...)
+	errs = append(errs, positive(spec.Timeout, p.Child("timeout"), 24*time.Hour)...)
 	if pl := spec.PruneLimit; pl != nil {
 		if _, err := ResolvePruneLimit(pl, 100); err != nil {
 			errs = append(errs, field.Invalid(p.Child("pruneLimit"), pl.String(), err.Error()))
