@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -246,6 +247,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			return nil, fmt.Errorf("creating the gitops cache directory: %w", err)
 		}
 		o.GitOps.CacheDir = dir
+		// A directory we made is ours to remove when the manager stops.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			return os.RemoveAll(dir)
+		})); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range enabled {
 		c := controllerByName(name)

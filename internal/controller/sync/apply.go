@@ -251,7 +251,7 @@ func (r *Reconciler) recreate(ctx context.Context, c client.Client, u *unstructu
 	old.SetGroupVersionKind(u.GroupVersionKind())
 	old.SetNamespace(u.GetNamespace())
 	old.SetName(u.GetName())
-	if err := c.Delete(ctx, old, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+	if err := c.Delete(ctx, old, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting to recreate (force): %w", err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
