@@ -47,6 +47,7 @@ cluster -> outside world (databases and other external systems).
 	pf.StringVarP(&g.namespace, "namespace", "n", "", "namespace of the objects a verb acts on (default: the kubeconfig context's)")
 	pf.StringVar(&g.logFormat, "log-format", "console", "log format: console or json")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: error, info, debug, or a number (higher is more verbose)")
-	root.AddCommand(newRunCommand(g), newUpCommand(g), newRolloutCommand(g), newVersionCommand())
+	root.AddCommand(newRunCommand(g), newUpCommand(g), newVersionCommand(),
+		newRolloutCommand(g), newReconcileCommand(g), newSyncCommand(g), newDiffCommand(g))
 	return root
 }

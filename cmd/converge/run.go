@@ -71,6 +71,9 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringVar(&o.Webhook.CertSecret, "webhook-cert-secret", "", "keep the webhook certificate in this Secret ([namespace/]name; watched, rotated without restart)")
 	f.BoolVar(&o.Webhook.SelfManage, "webhook-cert-self-managed", o.Webhook.SelfManage, "issue and renew the webhook certificate and inject its CA; false when cert-manager or Helm owns them")
 	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")
+	f.StringVar(&o.GitOps.CacheDir, "gitops-cache-dir", "", "directory of fetched git revisions (default: a new temporary directory)")
+	f.BoolVar(&o.GitOps.AllowCrossNamespaceRefs, "gitops-allow-cross-namespace-refs", false, "let a Sync use a GitRepository of another namespace")
+	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account Syncs impersonate when they name none (default: the manager's identity)")
 	return cmd
 }
 

@@ -7,6 +7,10 @@ import (
 
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
+	"github.com/converge-dev/converge/internal/gitops/artifact"
+	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
 
@@ -25,6 +29,16 @@ var controllers = []controller{
 	{name: basicreplicaset.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&basicreplicaset.Reconciler{}).SetupWithManager(mgr)
 	}},
+	{name: gitrepository.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&gitrepository.Reconciler{Store: artifact.Store{Dir: o.GitOps.CacheDir}}).SetupWithManager(mgr)
+	}},
+	{name: syncctrl.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&syncctrl.Reconciler{
+			Store:                   artifact.Store{Dir: o.GitOps.CacheDir},
+			AllowCrossNamespaceRefs: o.GitOps.AllowCrossNamespaceRefs,
+			DefaultServiceAccount:   o.GitOps.DefaultServiceAccount,
+		}).SetupWithManager(mgr)
+	}},
 }
 
 // webhookSet is the admission webhooks for one kind. Webhooks are served
@@ -37,6 +51,8 @@ type webhookSet struct {
 var webhooks = []webhookSet{
 	{name: "basicdeployment", setup: webhookworkloads.BasicDeployment{}.SetupWithManager},
 	{name: "basicreplicaset", setup: webhookworkloads.BasicReplicaSet{}.SetupWithManager},
+	{name: "gitrepository", setup: webhookgitops.GitRepository{}.SetupWithManager},
+	{name: "sync", setup: webhookgitops.Sync{}.SetupWithManager},
 }
 
 // ControllerNames lists every controller by name, sorted.

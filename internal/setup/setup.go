@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,11 +30,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/sharding"
 	"github.com/converge-dev/converge/internal/webhookcert"
@@ -87,10 +91,28 @@ type Options struct {
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 
+	// GitOps configures the GitRepository and Sync controllers.
+	GitOps GitOpsOptions
+
 	// SkipControllerNameValidation allows several managers in one process
 	// (tests); controller names are otherwise unique per process so that
 	// metrics are not reported twice.
 	SkipControllerNameValidation bool
+}
+
+// GitOpsOptions configure the GitRepository and Sync controllers.
+type GitOpsOptions struct {
+	// CacheDir holds the fetched git revisions (artifacts) the Sync
+	// controller renders. Empty uses a new temporary directory; it is a
+	// cache, rebuilt by fetching again after a restart.
+	CacheDir string
+	// AllowCrossNamespaceRefs lets a Sync reference a GitRepository in
+	// another namespace.
+	AllowCrossNamespaceRefs bool
+	// DefaultServiceAccount is impersonated by Syncs that set no
+	// serviceAccountName; empty uses the manager's own identity (as Flux's
+	// --default-service-account).
+	DefaultServiceAccount string
 }
 
 // WebhookOptions configure the webhook server and its certificate.
@@ -139,6 +161,7 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(workloadsv1alpha1.AddToScheme(s))
+	utilruntime.Must(gitopsv1alpha1.AddToScheme(s))
 	return s
 }
 
@@ -224,6 +247,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 				return nil, fmt.Errorf("setting up %s webhook: %w", w.name, err)
 			}
 		}
+		// Push webhooks from git hosts (GitHub, GitLab, generic) share the
+		// webhook server's TLS listener.
+		mgr.GetWebhookServer().Register(receiver.PathPrefix, &receiver.Handler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()})
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return nil, err
 		}
@@ -233,6 +259,20 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
+	}
+	if o.GitOps.CacheDir == "" {
+		dir, err := os.MkdirTemp("", "converge-gitops-")
+		if err != nil {
+			return nil, fmt.Errorf("creating the gitops cache directory: %w", err)
+		}
+		o.GitOps.CacheDir = dir
+		// A directory we made is ours to remove when the manager stops.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			return os.RemoveAll(dir)
+		})); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range enabled {
 		c := controllerByName(name)
@@ -338,7 +378,12 @@ func ShardSelector(key string) labels.Selector {
 
 // shardedKinds are the Converge kinds a shard key partitions.
 func shardedKinds() []client.Object {
-	return []client.Object{&workloadsv1alpha1.BasicReplicaSet{}, &workloadsv1alpha1.BasicDeployment{}}
+	return []client.Object{
+		&workloadsv1alpha1.BasicReplicaSet{},
+		&workloadsv1alpha1.BasicDeployment{},
+		&gitopsv1alpha1.GitRepository{},
+		&gitopsv1alpha1.Sync{},
+	}
 }
 
 // SelectControllers resolves --controllers into a sorted list of names.

@@ -115,6 +115,10 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 		return nil, err
 	}
 	o.Manager.Webhook = setup.LocalWebhookOptions(filepath.Join(cp.DataDir(), "webhook"), o.WebhookPort)
+	if o.Manager.GitOps.CacheDir == "" {
+		// Fetched git revisions survive a restart of `converge up`.
+		o.Manager.GitOps.CacheDir = filepath.Join(cp.DataDir(), "gitops")
+	}
 	step("starting converge manager")
 	cv, err := setup.New(ctx, cfg, o.Manager)
 	if err != nil {

@@ -1,0 +1,468 @@
+// Command gitops measures the Sync controller on a local control plane
+// (internal/testenv: etcd and kube-apiserver from bin/, the manager in this
+// process, as the test suites run it). It prints figures and asserts nothing:
+//
+//  1. one Sync of N objects (ConfigMaps, Services, Deployments) from creation
+//     to Ready, against the floor: the same objects applied by a plain
+//     server-side-apply loop (sequential, and with the Sync's concurrency);
+//  2. S Syncs of 10 objects each, from creation to all Ready;
+//  3. out-of-band edit -> corrected latency, p50/p99 over E edits;
+//  4. push webhook -> applied latency, p50/p99 over W pushes;
+//  5. the process's RSS and Go heap with I objects in inventories.
+//
+// Run it from the repository root (after `make tools`):
+//
+//	go run ./bench/gitops
+//	go run ./bench/gitops -objects 1000 -syncs 100 -edits 100 -pushes 20 -inventory 10000
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/receiver"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+var (
+	nObjects   = flag.Int("objects", 1000, "objects of the single big Sync (and of the floor)")
+	nSyncs     = flag.Int("syncs", 100, "Syncs of 10 objects")
+	nEdits     = flag.Int("edits", 100, "out-of-band edits for the drift latency")
+	nPushes    = flag.Int("pushes", 20, "push webhooks for the push latency")
+	nInventory = flag.Int("inventory", 10000, "objects in inventories when RSS is measured")
+	workers    = flag.Int("floor-workers", 8, "concurrency of the concurrent floor (the Sync applies with 8 workers)")
+)
+
+func main() {
+	flag.Parse()
+	ctx := context.Background()
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "bench/gitops:", err)
+		os.Exit(1)
+	}
+	step("starting the control plane")
+	env, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		fail(err)
+	}
+	defer func() { _ = env.Stop() }()
+	b := &bench{env: env, c: env.Client, ctx: ctx, root: must(os.MkdirTemp("", "bench-gitops-"))}
+	defer os.RemoveAll(b.root)
+
+	var rows [][2]string
+	add := func(k, v string) { rows = append(rows, [2]string{k, v}); fmt.Fprintf(os.Stderr, "  %s: %s\n", k, v) }
+
+	// (1) floor and one big Sync.
+	objs := mixedObjects(*nObjects)
+	step(fmt.Sprintf("floor: SSA loop of %d objects", len(objs)))
+	seq := b.floor(b.ns("floor-seq"), objs, 1)
+	conc := b.floor(b.ns("floor-conc"), objs, *workers)
+	add(fmt.Sprintf("floor, %d objects, sequential SSA", len(objs)), seq.Round(time.Millisecond).String())
+	add(fmt.Sprintf("floor, %d objects, %d concurrent SSA", len(objs), *workers), conc.Round(time.Millisecond).String())
+	step(fmt.Sprintf("one Sync of %d objects", len(objs)))
+	ns1 := b.ns("big")
+	repo1 := b.repo("big", map[string][]*unstructured.Unstructured{"app": objs})
+	d1, err := b.syncs(ns1, repo1, []string{"app"})
+	if err != nil {
+		fail(err)
+	}
+	add(fmt.Sprintf("Sync, %d objects, create -> Ready", len(objs)), fmt.Sprintf("%s (%.2fx the concurrent floor, %.2fx the sequential one)",
+		d1.Round(time.Millisecond), d1.Seconds()/conc.Seconds(), d1.Seconds()/seq.Seconds()))
+
+	// (2) many small Syncs.
+	step(fmt.Sprintf("%d Syncs x 10 objects", *nSyncs))
+	ns2 := b.ns("many")
+	dirs := map[string][]*unstructured.Unstructured{}
+	var paths []string
+	for i := range *nSyncs {
+		p := fmt.Sprintf("s%03d", i)
+		paths = append(paths, p)
+		for j := range 10 {
+			dirs[p] = append(dirs[p], configMap(fmt.Sprintf("%s-cm%d", p, j), "v"))
+		}
+	}
+	repo2 := b.repo("many", dirs)
+	d2, err := b.syncs(ns2, repo2, paths)
+	if err != nil {
+		fail(err)
+	}
+	add(fmt.Sprintf("%d Syncs x 10 objects, create -> all Ready", *nSyncs), d2.Round(time.Millisecond).String())
+
+	// (3) drift correction latency, on the big Sync's ConfigMaps.
+	step(fmt.Sprintf("%d out-of-band edits", *nEdits))
+	lat := b.drift(ns1, *nEdits)
+	add("drift: edit -> corrected", pcts(lat))
+
+	// (4) push webhook -> applied.
+	step(fmt.Sprintf("%d push webhooks", *nPushes))
+	plat, err := b.pushes(*nPushes)
+	if err != nil {
+		fail(err)
+	}
+	add("push webhook -> applied", pcts(plat))
+
+	// (5) RSS with many objects in inventories.
+	have := len(objs) + *nSyncs*10 + 1
+	if rest := *nInventory - have; rest > 0 {
+		step(fmt.Sprintf("filling inventories to %d objects", *nInventory))
+		ns3 := b.ns("fill")
+		fill := map[string][]*unstructured.Unstructured{}
+		var fp []string
+		for i := 0; rest > 0; i++ {
+			p := fmt.Sprintf("f%02d", i)
+			fp = append(fp, p)
+			for j := 0; j < 1000 && rest > 0; j++ {
+				fill[p] = append(fill[p], configMap(fmt.Sprintf("%s-cm%04d", p, j), "v"))
+				rest--
+			}
+		}
+		repo3 := b.repo("fill", fill)
+		if _, err := b.syncs(ns3, repo3, fp); err != nil {
+			fail(err)
+		}
+	}
+	time.Sleep(5 * time.Second)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	add(fmt.Sprintf("process with >= %d inventory objects", *nInventory), fmt.Sprintf("RSS %d MiB, Go heap in use %d MiB (manager and benchmark client in one process)",
+		rssMiB(), ms.HeapInuse>>20))
+
+	fmt.Println("bench/gitops results")
+	for _, r := range rows {
+		fmt.Printf("  %-55s %s\n", r[0], r[1])
+	}
+}
+
+type bench struct {
+	env  *testenv.Environment
+	c    client.Client
+	ctx  context.Context
+	root string
+}
+
+func step(s string) { fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), s) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func (b *bench) ns(prefix string) string {
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := b.c.Create(b.ctx, n); err != nil {
+		panic(err)
+	}
+	return n.Name
+}
+
+func configMap(name, v string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetName(name)
+	_ = unstructured.SetNestedStringMap(u.Object, map[string]string{"key": v}, "data")
+	return u
+}
+
+func toU(o any) *unstructured.Unstructured {
+	m := must(runtimeToMap(o))
+	return &unstructured.Unstructured{Object: m}
+}
+
+func runtimeToMap(o any) (map[string]any, error) {
+	b, err := yaml.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	err = yaml.Unmarshal(b, &m)
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	delete(m, "status")
+	return m, err
+}
+
+// mixedObjects: 40% ConfigMaps, 30% Services, 30% Deployments.
+func mixedObjects(n int) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for i := range n {
+		name := fmt.Sprintf("obj%04d", i)
+		switch i % 10 {
+		case 0, 1, 2, 3:
+			out = append(out, configMap(name, "v"))
+		case 4, 5, 6:
+			out = append(out, toU(&corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}))
+		default:
+			out = append(out, toU(&appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1),
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx:1.27"}}}}}}))
+		}
+	}
+	return out
+}
+
+// floor applies objs into ns with a plain SSA loop over `workers` goroutines.
+func (b *bench) floor(ns string, objs []*unstructured.Unstructured, workers int) time.Duration {
+	start := time.Now()
+	work := make(chan *unstructured.Unstructured)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for u := range work {
+				u = u.DeepCopy()
+				u.SetNamespace(ns)
+				if err := b.c.Apply(b.ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("bench-floor"), client.ForceOwnership); err != nil {
+					panic(err)
+				}
+			}
+		})
+	}
+	for _, u := range objs {
+		work <- u
+	}
+	close(work)
+	wg.Wait()
+	return time.Since(start)
+}
+
+// repo writes a bare git repository with one directory per key and returns
+// its file:// URL.
+func (b *bench) repo(name string, dirs map[string][]*unstructured.Unstructured) string {
+	work := filepath.Join(b.root, name)
+	for dir, objs := range dirs {
+		var buf bytes.Buffer
+		for _, u := range objs {
+			buf.WriteString("---\n")
+			buf.Write(must(yaml.Marshal(u.Object)))
+		}
+		p := filepath.Join(work, dir, "objects.yaml")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+			panic(err)
+		}
+	}
+	bare := filepath.Join(b.root, name+".git")
+	git(work, "init", "-q", "-b", "main")
+	git(work, "add", "-A")
+	git(work, "commit", "-q", "-m", "objects")
+	git(b.root, "clone", "-q", "--bare", work, bare)
+	return "file://" + bare
+}
+
+func git(dir string, args ...string) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=b@example.com",
+		"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=b@example.com")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("git %v: %v: %s", args, err, out))
+	}
+}
+
+// syncs creates a GitRepository for url and one Sync per path in ns and
+// returns the time until all are Ready.
+func (b *bench) syncs(ns, url string, paths []string) (time.Duration, error) {
+	gr := &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo"},
+		Spec: gitopsv1alpha1.GitRepositorySpec{URL: url, Interval: &metav1.Duration{Duration: time.Hour}}}
+	start := time.Now()
+	if err := b.c.Create(b.ctx, gr); err != nil {
+		return 0, err
+	}
+	for _, p := range paths {
+		s := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sync-" + strings.ReplaceAll(p, "/", "-")},
+			Spec: gitopsv1alpha1.SyncSpec{SourceRef: gitopsv1alpha1.SourceReference{Name: "repo"}, Path: p, Prune: ptr.To(true),
+				TargetNamespace: ns, Interval: &metav1.Duration{Duration: time.Hour}}}
+		if err := b.c.Create(b.ctx, s); err != nil {
+			return 0, err
+		}
+	}
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		l := &gitopsv1alpha1.SyncList{}
+		if err := b.c.List(b.ctx, l, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		ready := 0
+		for i := range l.Items {
+			if meta.IsStatusConditionTrue(l.Items[i].Status.Conditions, gitopsv1alpha1.ReadyCondition) {
+				ready++
+			}
+		}
+		if ready == len(paths) {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%d/%d Syncs Ready after 15m", ready, len(paths))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// drift edits ConfigMaps of the big Sync with another field manager and
+// measures until each is restored.
+func (b *bench) drift(ns string, edits int) []time.Duration {
+	var out []time.Duration
+	for i := range edits {
+		name := fmt.Sprintf("obj%04d", (i*10)%*nObjects) // i%10==0: a ConfigMap
+		cm := &corev1.ConfigMap{}
+		if err := b.c.Get(b.ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+			panic(err)
+		}
+		cm.Data["key"] = "edited-" + strconv.Itoa(i)
+		start := time.Now()
+		if err := b.c.Update(b.ctx, cm, client.FieldOwner("bench-intruder")); err != nil {
+			panic(err)
+		}
+		for {
+			got := &corev1.ConfigMap{}
+			if err := b.c.Get(b.ctx, client.ObjectKeyFromObject(cm), got); err == nil && got.Data["key"] == "v" {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				panic("drift not corrected within a minute")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+// pushes commits a change, posts a signed GitHub push webhook and measures
+// until the change is applied.
+func (b *bench) pushes(n int) ([]time.Duration, error) {
+	ns := b.ns("push")
+	work := filepath.Join(b.root, "push")
+	if err := os.MkdirAll(filepath.Join(work, "app"), 0o755); err != nil {
+		return nil, err
+	}
+	write := func(v string) {
+		if err := os.WriteFile(filepath.Join(work, "app", "cm.yaml"), must(yaml.Marshal(configMap("pushed", v).Object)), 0o644); err != nil {
+			panic(err)
+		}
+	}
+	write("0")
+	git(work, "init", "-q", "-b", "main")
+	git(work, "add", "-A")
+	git(work, "commit", "-q", "-m", "0")
+	bare := filepath.Join(b.root, "push.git")
+	git(b.root, "clone", "-q", "--bare", work, bare)
+	git(work, "remote", "add", "origin", bare)
+	if err := b.c.Create(b.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hook"}, StringData: map[string]string{"token": "t"}}); err != nil {
+		return nil, err
+	}
+	gr := &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo",
+		Annotations: map[string]string{receiver.SecretAnnotation: "hook"}},
+		Spec: gitopsv1alpha1.GitRepositorySpec{URL: "file://" + bare, Interval: &metav1.Duration{Duration: time.Hour}}}
+	if err := b.c.Create(b.ctx, gr); err != nil {
+		return nil, err
+	}
+	s := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
+		Spec: gitopsv1alpha1.SyncSpec{SourceRef: gitopsv1alpha1.SourceReference{Name: "repo"}, Path: "app", Prune: ptr.To(true),
+			TargetNamespace: ns, Interval: &metav1.Duration{Duration: time.Hour}}}
+	if err := b.c.Create(b.ctx, s); err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/hook/gitrepository/%s/repo", b.env.WebhookPort, ns)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // local self-signed webhook certificate
+	wait := func(v string, since time.Time) error {
+		for {
+			cm := &corev1.ConfigMap{}
+			if err := b.c.Get(b.ctx, client.ObjectKey{Namespace: ns, Name: "pushed"}, cm); err == nil && cm.Data["key"] == v {
+				return nil
+			}
+			if time.Since(since) > time.Minute {
+				return fmt.Errorf("push %s not applied within a minute", v)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := wait("0", time.Now()); err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for i := 1; i <= n; i++ {
+		v := strconv.Itoa(i)
+		write(v)
+		git(work, "commit", "-qam", v)
+		git(work, "push", "-q", "origin", "main")
+		body := []byte(`{"ref":"refs/heads/main"}`)
+		req, _ := http.NewRequestWithContext(b.ctx, http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-Hub-Signature-256", receiver.Sign(body, []byte("t")))
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return nil, fmt.Errorf("webhook answered %s", resp.Status)
+		}
+		if err := wait(v, start); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+func pcts(d []time.Duration) string {
+	if len(d) == 0 {
+		return "n/a"
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	p := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
+}
+
+func rssMiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(f)[0], 10, 64)
+			return kb >> 10
+		}
+	}
+	return -1
+}

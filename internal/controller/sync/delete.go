@@ -1,0 +1,58 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+)
+
+// reconcileDelete prunes the inventory when spec.prune is true (with the same
+// ownership and opt-out rules as a normal prune) and orphans it otherwise,
+// then removes the finalizer. A failed deletion keeps the finalizer and is
+// retried.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	sy := s.sync
+	s.deleting = true
+	if !controllerutil.ContainsFinalizer(sy, gitopsv1alpha1.SyncFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if sy.Spec.Prune != nil && *sy.Spec.Prune && !sy.Spec.Suspend {
+		c, err := r.clientFor(sy)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		var errs []error
+		var kept []gitopsv1alpha1.ObjectRef
+		for _, ref := range sy.Status.Inventory {
+			deleted, err := r.pruneOne(ctx, c, sy, ref)
+			if err != nil {
+				errs = append(errs, err)
+				kept = append(kept, ref)
+				continue
+			}
+			if deleted {
+				s.changes.add(resultDeleted, ref)
+			}
+		}
+		sy.Status.Inventory = kept
+		if err := errors.Join(errs...); err != nil {
+			s.fail(gitopsv1alpha1.PruneFailedReason, false, "pruning on deletion: %v", err)
+			return ctrl.Result{}, fmt.Errorf("pruning on deletion: %w", err)
+		}
+	}
+	// The finalizer goes with a metadata patch; the deferred status patch
+	// then finds the object gone, which is fine.
+	base := sy.DeepCopy()
+	controllerutil.RemoveFinalizer(sy, gitopsv1alpha1.SyncFinalizer)
+	if err := r.Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
+	}
+	r.forget(client.ObjectKeyFromObject(sy))
+	return ctrl.Result{}, nil
+}

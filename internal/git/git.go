@@ -1,0 +1,279 @@
+// Package git fetches revisions of git repositories with go-git (pure Go; no
+// git binary needed): a cheap remote listing to resolve a ref to a commit,
+// and a shallow clone of exactly that commit when it is new. It knows the
+// https, http, ssh, git and file transports and the credentials of a
+// GitRepository's secretRef.
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// Errors callers tell apart (test with errors.Is).
+var (
+	// ErrAuth: the server refused the credentials, or needs some.
+	ErrAuth = errors.New("authentication failed")
+	// ErrRefNotFound: the branch, tag, semver range or commit is not in the
+	// repository.
+	ErrRefNotFound = errors.New("reference not found")
+)
+
+// Ref selects a revision; one of Branch, Tag, SemVer or Commit (Commit may
+// come with Branch).
+type Ref struct {
+	Branch, Tag, SemVer, Commit string
+}
+
+// Credentials are the keys of a GitRepository's secretRef Secret.
+type Credentials map[string][]byte
+
+// Resolved is a ref resolved to a commit.
+type Resolved struct {
+	// Name is the branch or tag name ("" for a bare commit).
+	Name string
+	// Hash is the commit's SHA-1.
+	Hash string
+	// refName is the full reference to clone.
+	refName plumbing.ReferenceName
+	// commit is set for a commit ref: the history is needed to find it.
+	commit bool
+}
+
+// Revision is the artifact revision: `<name>@sha1:<hash>` or `sha1:<hash>`.
+func (r Resolved) Revision() string {
+	if r.Name == "" {
+		return "sha1:" + r.Hash
+	}
+	return r.Name + "@sha1:" + r.Hash
+}
+
+// Commit describes a checked-out commit.
+type Commit struct {
+	Hash    string
+	Message string
+	Author  string
+	Time    time.Time
+}
+
+// Client fetches from git servers.
+type Client struct{}
+
+// auth builds the go-git auth method from the Secret's keys: username and
+// password (basic), bearerToken, or identity (+ known_hosts) for ssh. The
+// returned cleanup removes temporary files.
+func auth(url string, creds Credentials) (transport.AuthMethod, func(), error) {
+	noop := func() {}
+	if len(creds) == 0 {
+		return nil, noop, nil
+	}
+	ep, err := transport.NewEndpoint(url)
+	if err != nil {
+		return nil, noop, fmt.Errorf("parsing the URL: %w", err)
+	}
+	switch ep.Protocol {
+	case "http", "https":
+		if tok := creds["bearerToken"]; len(tok) > 0 {
+			return &githttp.TokenAuth{Token: string(tok)}, noop, nil
+		}
+		if u, p := creds["username"], creds["password"]; len(u) > 0 || len(p) > 0 {
+			return &githttp.BasicAuth{Username: string(u), Password: string(p)}, noop, nil
+		}
+		return nil, noop, fmt.Errorf("%w: the secret has neither username/password nor bearerToken", ErrAuth)
+	case "ssh":
+		key := creds["identity"]
+		if len(key) == 0 {
+			return nil, noop, fmt.Errorf("%w: the secret has no identity (SSH private key)", ErrAuth)
+		}
+		user := ep.User
+		if user == "" {
+			user = "git"
+		}
+		pk, err := gitssh.NewPublicKeys(user, key, string(creds["password"]))
+		if err != nil {
+			return nil, noop, fmt.Errorf("%w: reading the identity: %w", ErrAuth, err)
+		}
+		kh := creds["known_hosts"]
+		if len(kh) == 0 {
+			return nil, noop, fmt.Errorf("%w: the secret has no known_hosts; host keys are always verified", ErrAuth)
+		}
+		f, err := os.CreateTemp("", "known_hosts-")
+		if err != nil {
+			return nil, noop, err
+		}
+		cleanup := func() { _ = os.Remove(f.Name()) }
+		if _, err := f.Write(kh); err != nil {
+			_ = f.Close()
+			cleanup()
+			return nil, noop, err
+		}
+		_ = f.Close()
+		cb, err := gitssh.NewKnownHostsCallback(f.Name())
+		if err != nil {
+			cleanup()
+			return nil, noop, fmt.Errorf("%w: parsing known_hosts: %w", ErrAuth, err)
+		}
+		pk.HostKeyCallback = cb
+		return pk, cleanup, nil
+	default:
+		return nil, noop, nil
+	}
+}
+
+// classify maps go-git errors to ErrAuth and ErrRefNotFound.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed),
+		strings.Contains(err.Error(), "unable to authenticate"), strings.Contains(err.Error(), "handshake failed"):
+		return fmt.Errorf("%w: %w", ErrAuth, err)
+	case errors.Is(err, plumbing.ErrReferenceNotFound), errors.Is(err, plumbing.ErrObjectNotFound):
+		return fmt.Errorf("%w: %w", ErrRefNotFound, err)
+	}
+	return err
+}
+
+// Resolve lists the remote's refs (one round trip, no objects) and resolves
+// ref to a commit. A commit ref resolves to itself without a round trip.
+func (Client) Resolve(ctx context.Context, url string, ref Ref, creds Credentials) (Resolved, error) {
+	if ref.Commit != "" {
+		r := Resolved{Name: ref.Branch, Hash: ref.Commit, commit: true}
+		if ref.Branch != "" {
+			r.refName = plumbing.NewBranchReferenceName(ref.Branch)
+		}
+		return r, nil
+	}
+	am, cleanup, err := auth(url, creds)
+	defer cleanup()
+	if err != nil {
+		return Resolved{}, err
+	}
+	rem := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{url}})
+	refs, err := rem.ListContext(ctx, &gogit.ListOptions{Auth: am, PeelingOption: gogit.AppendPeeled})
+	if err != nil {
+		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
+			return Resolved{}, fmt.Errorf("%w: the repository is empty", ErrRefNotFound)
+		}
+		return Resolved{}, fmt.Errorf("listing remote refs: %w", classify(err))
+	}
+	byName := map[string]string{}
+	for _, r := range refs {
+		if r.Type() == plumbing.HashReference {
+			byName[r.Name().String()] = r.Hash().String()
+		}
+	}
+	tag := func(name string) (Resolved, bool) {
+		full := "refs/tags/" + name
+		h, ok := byName[full+"^{}"] // annotated: the peeled commit
+		if !ok {
+			h, ok = byName[full]
+		}
+		return Resolved{Name: name, Hash: h, refName: plumbing.ReferenceName(full)}, ok
+	}
+	switch {
+	case ref.Tag != "":
+		if r, ok := tag(ref.Tag); ok {
+			return r, nil
+		}
+		return Resolved{}, fmt.Errorf("%w: tag %q", ErrRefNotFound, ref.Tag)
+	case ref.SemVer != "":
+		c, err := semver.NewConstraint(ref.SemVer)
+		if err != nil {
+			return Resolved{}, fmt.Errorf("semver range %q: %w", ref.SemVer, err)
+		}
+		var versions []*semver.Version
+		names := map[*semver.Version]string{}
+		for full := range byName {
+			name, ok := strings.CutPrefix(full, "refs/tags/")
+			if !ok || strings.HasSuffix(name, "^{}") {
+				continue
+			}
+			v, err := semver.NewVersion(name)
+			if err != nil || !c.Check(v) {
+				continue
+			}
+			versions = append(versions, v)
+			names[v] = name
+		}
+		if len(versions) == 0 {
+			return Resolved{}, fmt.Errorf("%w: no tag matches semver range %q", ErrRefNotFound, ref.SemVer)
+		}
+		sort.Sort(semver.Collection(versions))
+		r, _ := tag(names[versions[len(versions)-1]])
+		return r, nil
+	default:
+		branch := ref.Branch
+		if branch == "" {
+			branch = "main"
+		}
+		full := plumbing.NewBranchReferenceName(branch)
+		if h, ok := byName[full.String()]; ok {
+			return Resolved{Name: branch, Hash: h, refName: full}, nil
+		}
+		return Resolved{}, fmt.Errorf("%w: branch %q", ErrRefNotFound, branch)
+	}
+}
+
+// Checkout clones the resolved commit into dir (which must be empty) and
+// removes the .git directory. Branches and tags are cloned with depth 1; a
+// commit is cloned with its branch's history (servers rarely allow fetching
+// an arbitrary commit) and then checked out.
+func (Client) Checkout(ctx context.Context, url string, r Resolved, creds Credentials, dir string) (Commit, error) {
+	am, cleanup, err := auth(url, creds)
+	defer cleanup()
+	if err != nil {
+		return Commit{}, err
+	}
+	opts := &gogit.CloneOptions{URL: url, Auth: am, Tags: gogit.NoTags, ReferenceName: r.refName, SingleBranch: r.refName != ""}
+	if !r.commit {
+		opts.Depth = 1
+	}
+	repo, err := gogit.PlainCloneContext(ctx, dir, false, opts)
+	if err != nil {
+		return Commit{}, fmt.Errorf("cloning: %w", classify(err))
+	}
+	head, err := repo.Head()
+	if err != nil {
+		return Commit{}, fmt.Errorf("reading HEAD: %w", err)
+	}
+	h := head.Hash()
+	if r.Hash != "" && h.String() != r.Hash {
+		wt, err := repo.Worktree()
+		if err != nil {
+			return Commit{}, err
+		}
+		if err := wt.Checkout(&gogit.CheckoutOptions{Hash: plumbing.NewHash(r.Hash), Force: true}); err != nil {
+			return Commit{}, fmt.Errorf("checking out %s: %w", r.Hash, classify(err))
+		}
+		h = plumbing.NewHash(r.Hash)
+	}
+	c, err := repo.CommitObject(h)
+	if err != nil {
+		return Commit{}, fmt.Errorf("reading commit %s: %w", h, classify(err))
+	}
+	if err := os.RemoveAll(filepath.Join(dir, ".git")); err != nil {
+		return Commit{}, err
+	}
+	return Commit{
+		Hash:    c.Hash.String(),
+		Message: strings.TrimSpace(c.Message),
+		Author:  fmt.Sprintf("%s <%s>", c.Author.Name, c.Author.Email),
+		Time:    c.Author.When,
+	}, nil
+}

@@ -1,0 +1,91 @@
+package git_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/converge-dev/converge/internal/git"
+	"github.com/converge-dev/converge/internal/gitops/gittest"
+)
+
+func checkout(t *testing.T, url string, ref git.Ref, creds git.Credentials) (git.Resolved, git.Commit, string, error) {
+	t.Helper()
+	c := git.Client{}
+	r, err := c.Resolve(t.Context(), url, ref, creds)
+	if err != nil {
+		return r, git.Commit{}, "", err
+	}
+	dir := t.TempDir()
+	cm, err := c.Checkout(t.Context(), url, r, creds, dir)
+	return r, cm, dir, err
+}
+
+func TestTransportsAndRefs(t *testing.T) {
+	s := gittest.NewServer(t)
+	repo := s.NewRepo(t, "app")
+	first := repo.Commit(t, "first", map[string]string{"a.yaml": "a: 1\n"})
+	repo.Tag(t, "v1.0.0")
+	second := repo.Commit(t, "second\n\nbody", map[string]string{"a.yaml": "a: 2\n"})
+	repo.Tag(t, "v1.1.0")
+	repo.Tag(t, "v2.0.0-rc.1")
+
+	daemon := s.ServeDaemon(t)
+	httpURL := s.ServeHTTP(t, "user", "secret")
+	creds := git.Credentials{"username": []byte("user"), "password": []byte("secret")}
+
+	for _, tc := range []struct {
+		name  string
+		url   string
+		creds git.Credentials
+	}{
+		{"file", repo.FileURL(), nil},
+		{"git daemon", daemon + "app.git", nil},
+		{"http basic auth", httpURL + "app.git", creds},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r, cm, dir, err := checkout(t, tc.url, git.Ref{Branch: "main"}, tc.creds)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(r.Revision()).To(Equal("main@sha1:" + second))
+			g.Expect(cm.Hash).To(Equal(second))
+			g.Expect(cm.Message).To(HavePrefix("second"))
+			g.Expect(cm.Author).To(Equal("Test Author <author@example.com>"))
+			b, err := os.ReadFile(filepath.Join(dir, "a.yaml"))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(b)).To(Equal("a: 2\n"))
+			g.Expect(filepath.Join(dir, ".git")).NotTo(BeAnExistingFile())
+
+			r, _, dir, err = checkout(t, tc.url, git.Ref{Tag: "v1.0.0"}, tc.creds)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(r.Revision()).To(Equal("v1.0.0@sha1:" + first))
+			b, _ = os.ReadFile(filepath.Join(dir, "a.yaml"))
+			g.Expect(string(b)).To(Equal("a: 1\n"))
+
+			r, _, _, err = checkout(t, tc.url, git.Ref{SemVer: ">=1.0.0 <2.0.0"}, tc.creds)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(r.Revision()).To(Equal("v1.1.0@sha1:"+second), "highest tag in range, pre-releases excluded")
+
+			r, cm, dir, err = checkout(t, tc.url, git.Ref{Branch: "main", Commit: first}, tc.creds)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(r.Revision()).To(Equal("main@sha1:" + first))
+			g.Expect(cm.Hash).To(Equal(first))
+			b, _ = os.ReadFile(filepath.Join(dir, "a.yaml"))
+			g.Expect(string(b)).To(Equal("a: 1\n"))
+
+			_, _, _, err = checkout(t, tc.url, git.Ref{Branch: "nope"}, tc.creds)
+			g.Expect(errors.Is(err, git.ErrRefNotFound)).To(BeTrue(), "got %v", err)
+		})
+	}
+
+	t.Run("bad credentials", func(t *testing.T) {
+		g := NewWithT(t)
+		_, _, _, err := checkout(t, httpURL+"app.git", git.Ref{Branch: "main"}, git.Credentials{"username": []byte("user"), "password": []byte("wrong")})
+		g.Expect(errors.Is(err, git.ErrAuth)).To(BeTrue(), "got %v", err)
+		_, _, _, err = checkout(t, httpURL+"app.git", git.Ref{Branch: "main"}, nil)
+		g.Expect(errors.Is(err, git.ErrAuth)).To(BeTrue(), "got %v", err)
+	})
+}

@@ -1,0 +1,110 @@
+package render
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func write(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestPlainRecursiveMultiDoc(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	write(t, root, map[string]string{
+		"app/a.yaml":         "# leading comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n",
+		"app/sub/c.json":     `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}`,
+		"app/sub/list.yml":   "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: d\n",
+		"app/README.md":      "not yaml: [",
+		"app/.hidden/x.yaml": "broken: [",
+	})
+	objs, err := Render(root, "app")
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	g.Expect(names).To(Equal([]string{"a", "b", "c", "d"}))
+}
+
+func TestErrorsNameFileAndLine(t *testing.T) {
+	cases := []struct {
+		name, file, want string
+	}{
+		{"bad yaml in second doc", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [b\n",
+			"bad.yaml: yaml: line 9"},
+		{"bad indentation", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n   labels: x\n", "bad.yaml: yaml: line 5"},
+		{"no kind", "apiVersion: v1\nmetadata:\n  name: a\n", "bad.yaml:1: the document has no kind"},
+		{"no name", "---\napiVersion: v1\nkind: ConfigMap\n", "bad.yaml:2: ConfigMap has no metadata.name"},
+		{"scalar", "just a string\n", "bad.yaml:1: the document is not a mapping"},
+		{"duplicate", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n", "ConfigMap /a is defined more than once"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			root := t.TempDir()
+			write(t, root, map[string]string{"dir/bad.yaml": tc.file})
+			_, err := Render(root, "dir")
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
+
+func TestPathNotFound(t *testing.T) {
+	g := NewWithT(t)
+	_, err := Render(t.TempDir(), "missing")
+	g.Expect(errors.Is(err, ErrPathNotFound)).To(BeTrue())
+	_, err = Render(t.TempDir(), "../escape")
+	g.Expect(err).To(MatchError(ContainSubstring("outside the repository")))
+}
+
+func TestKustomize(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	write(t, root, map[string]string{
+		"base/cm.yaml":               "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  k: v\n",
+		"base/kustomization.yaml":    "resources:\n- cm.yaml\n",
+		"overlay/kustomization.yaml": "resources:\n- ../base\nnamePrefix: dev-\nlabels:\n- pairs:\n    env: dev\n",
+		"broken/kustomization.yaml":  "resources:\n- missing.yaml\n",
+	})
+	objs, err := Render(root, "overlay")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(objs).To(HaveLen(1))
+	g.Expect(objs[0].GetName()).To(Equal("dev-cfg"))
+	g.Expect(objs[0].GetLabels()).To(HaveKeyWithValue("env", "dev"))
+
+	_, err = Render(root, "broken")
+	g.Expect(err).To(MatchError(ContainSubstring("kustomize build broken")))
+	g.Expect(err).To(MatchError(ContainSubstring("missing.yaml")))
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: List\nitems: []\n"))
+	f.Add([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}`))
+	f.Add([]byte("--- # c\n: [\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		objs, err := Decode("f.yaml", data)
+		if err != nil {
+			return
+		}
+		for _, o := range objs {
+			if o.GetKind() == "" || o.GetAPIVersion() == "" || o.GetName() == "" {
+				t.Fatalf("decoded an object without kind, apiVersion or name: %v", o.Object)
+			}
+		}
+	})
+}
