@@ -33,6 +33,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/webhookcert"
@@ -129,6 +131,8 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(workloadsv1alpha1.AddToScheme(s))
+	utilruntime.Must(sqlv1alpha1.AddToScheme(s))
+	utilruntime.Must(backupv1alpha1.AddToScheme(s))
 	return s
 }
 
@@ -319,7 +323,11 @@ func ShardSelector(key string) labels.Selector {
 
 // shardedKinds are the Converge kinds a shard key partitions.
 func shardedKinds() []client.Object {
-	return []client.Object{&workloadsv1alpha1.BasicReplicaSet{}}
+	return []client.Object{
+		&workloadsv1alpha1.BasicReplicaSet{},
+		&sqlv1alpha1.PostgresInstance{}, &sqlv1alpha1.MariaDBInstance{}, &sqlv1alpha1.Database{},
+		&backupv1alpha1.DatabaseBackup{},
+	}
 }
 
 // SelectControllers resolves --controllers into a sorted list of names.
