@@ -68,6 +68,9 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")
 	f.StringVar(&o.Webhook.CertSecret, "webhook-cert-secret", "", "keep the webhook certificate in this Secret ([namespace/]name; watched, rotated without restart)")
 	f.BoolVar(&o.Webhook.SelfManage, "webhook-cert-self-managed", o.Webhook.SelfManage, "issue and renew the webhook certificate and inject its CA; false when cert-manager or Helm owns them")
+	f.StringVar(&o.BackupDir, "backup-dir", o.BackupDir, "backup store of the backup-before-delete controller and of restores (mount a volume here in-cluster)")
+	f.DurationVar(&o.DatabaseObserveInterval, "database-observe-interval", o.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
+	f.DurationVar(&o.SQLInstanceHealthInterval, "sql-instance-health-interval", o.SQLInstanceHealthInterval, "how often a Ready PostgresInstance or MariaDBInstance logs in again")
 	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -81,6 +82,18 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long runnables get to stop.
 	GracefulShutdownTimeout time.Duration
 
+	// BackupDir is the backup store of the backup-before-delete controller
+	// (dumps are written under it) and of restores (restoreFrom reads from
+	// it). In-cluster it is a mounted volume (a PVC); `converge up` uses
+	// <data-dir>/backups, .converge/backups by default.
+	BackupDir string
+	// DatabaseObserveInterval is how often a Ready Database is re-observed
+	// for drift.
+	DatabaseObserveInterval time.Duration
+	// SQLInstanceHealthInterval is how often a Ready PostgresInstance or
+	// MariaDBInstance logs in again.
+	SQLInstanceHealthInterval time.Duration
+
 	// SkipControllerNameValidation allows several managers in one process
 	// (tests); controller names are otherwise unique per process so that
 	// metrics are not reported twice.
@@ -108,15 +121,25 @@ type WebhookOptions struct {
 	Hosts []string
 }
 
+// DefaultBackupDir is the in-cluster backup store: mount a volume there.
+const DefaultBackupDir = "/var/lib/converge/backups"
+
+// LocalBackupDir is the backup store of local mode, under the data
+// directory.
+func LocalBackupDir(dataDir string) string { return filepath.Join(dataDir, "backups") }
+
 // DefaultOptions returns the defaults `converge run` starts from.
 func DefaultOptions() Options {
 	return Options{
-		Controllers:             []string{"*"},
-		MetricsBindAddress:      ":8443",
-		SecureMetrics:           true,
-		HealthProbeBindAddress:  ":8081",
-		LeaderElectionID:        "converge-manager",
-		GracefulShutdownTimeout: 30 * time.Second,
+		Controllers:               []string{"*"},
+		MetricsBindAddress:        ":8443",
+		SecureMetrics:             true,
+		HealthProbeBindAddress:    ":8081",
+		LeaderElectionID:          "converge-manager",
+		GracefulShutdownTimeout:   30 * time.Second,
+		BackupDir:                 DefaultBackupDir,
+		DatabaseObserveInterval:   time.Minute,
+		SQLInstanceHealthInterval: time.Minute,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,

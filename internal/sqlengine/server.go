@@ -652,3 +652,7 @@ func (s *Server) Drop(ctx context.Context, sp Spec) error {
 	}
 	return nil
 }
+
+// NewServer wraps an open pool (for one-off use; Pools.Admin is the pooled
+// way).
+func NewServer(c Config, db *sql.DB) *Server { return &Server{cfg: c, db: db} }
