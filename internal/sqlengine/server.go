@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"strconv"
 	"sync"
@@ -19,6 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
+
+func init() {
+	// The driver logs stale pooled connections (closed by a server restart
+	// or KILL) itself; the error reaches the caller anyway.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+}
 
 // Engine names an engine, as in the instance contract's status.engine.
 type Engine string

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
@@ -134,10 +135,11 @@ type Reconciler struct {
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
 
-	ctrl    controller.Controller
-	mgr     ctrl.Manager
-	watchMu sync.Mutex
-	watched map[schema.GroupVersionKind]bool
+	ctrl      controller.Controller
+	apiReader client.Reader
+	mgr       ctrl.Manager
+	watchMu   sync.Mutex
+	watched   map[schema.GroupVersionKind]bool
 }
 
 // SetupWithManager registers the controller.
@@ -145,6 +147,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	r.mgr = mgr
+	r.apiReader = mgr.GetAPIReader()
 	r.watched = map[schema.GroupVersionKind]bool{}
 	if r.Engines == nil {
 		r.Engines = &SQLEngines{}
@@ -244,6 +247,40 @@ func (r *Reconciler) databasesForInstance(ctx context.Context, o client.Object) 
 	return out
 }
 
+// ownedConditions are the condition types this controller writes; others on
+// the same status (the backup controller's) are left alone.
+var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCondition, sqlv1alpha1.StalledCondition, sqlv1alpha1.DeletingCondition}
+
+// patchStatus writes the status with an optimistic lock, so conditions other
+// controllers set are never overwritten from a stale copy. On a conflict it
+// re-reads the object and re-applies this run's status (owned conditions
+// win), so an observation, and a drift correction in particular, is never
+// lost to a concurrent write.
+func (r *Reconciler) patchStatus(ctx context.Context, d, base *sqlv1alpha1.Database) error {
+	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	for attempt := 0; attempt < 5 && apierrors.IsConflict(err); attempt++ {
+		fresh := &sqlv1alpha1.Database{}
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), fresh); err != nil {
+			return err
+		}
+		freshBase := fresh.DeepCopy()
+		conds := d.Status.Conditions
+		fresh.Status, fresh.Status.Conditions = d.Status, freshBase.Status.Conditions
+		for _, c := range conds {
+			if slices.Contains(ownedConditions, c.Type) {
+				meta.SetStatusCondition(&fresh.Status.Conditions, c)
+			}
+		}
+		for _, t := range ownedConditions {
+			if meta.FindStatusCondition(conds, t) == nil {
+				meta.RemoveStatusCondition(&fresh.Status.Conditions, t)
+			}
+		}
+		err = r.Status().Patch(ctx, fresh, client.MergeFromWithOptions(freshBase, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	}
+	return err
+}
+
 // Reconcile provisions, observes or deletes one Database.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	d := &sqlv1alpha1.Database{}
@@ -264,9 +301,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if retErr == nil && !s.deleting {
 			d.Status.ObservedGeneration = d.Generation
 		}
-		// The optimistic lock protects conditions other controllers set on
-		// this status (the backup controller's): a conflict is retried.
-		if err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.patchStatus(ctx, d, base); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		}
 	}()

@@ -263,4 +263,3 @@ func truncate(s string) string {
 	}
 	return s
 }
-

@@ -33,8 +33,8 @@ func (w Database) SetupWithManager(mgr ctrl.Manager) error {
 // Default fills databaseName (metadata.name), owner (databaseName_owner),
 // deletionPolicy (Retain) and connectionSecret (<name>-connection).
 func (Database) Default(_ context.Context, d *sqlv1alpha1.Database) error {
-	if d.Spec.DatabaseName == "" {
-		d.Spec.DatabaseName = d.Name
+	if d.Spec.DatabaseName == "" && sqlengine.ValidateIdentifier(d.Name) == nil {
+		d.Spec.DatabaseName = d.Name // otherwise validation asks for one
 	}
 	if d.Spec.Owner == "" && sqlengine.ValidateIdentifier(d.Spec.DatabaseName) == nil {
 		d.Spec.Owner = defaultOwner(d.Spec.DatabaseName)
