@@ -384,6 +384,16 @@ func (r *Reconciler) restore(ctx context.Context, s *scope, t *target, login sql
 		s.fail(sqlv1alpha1.RestoreFailedReason, fmt.Sprintf("DatabaseBackup %q location %q is not in this manager's backup store %q", name, b.Status.Location, r.BackupDir), true)
 		return ctrl.Result{}, reconcile.TerminalError(errors.New(s.message))
 	}
+	// The cache may not have seen the status write of the run that restored:
+	// ask the API server before loading anything twice.
+	fresh := &sqlv1alpha1.Database{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), fresh); err != nil {
+		return ctrl.Result{}, fmt.Errorf("re-reading the Database: %w", err)
+	}
+	if fresh.Status.RestoredFrom != "" {
+		d.Status.RestoredFrom = fresh.Status.RestoredFrom
+		return ctrl.Result{}, nil
+	}
 	hasTables, err := t.server.HasTables(ctx, withDB(t.admin, t.spec.Name))
 	if err != nil {
 		return s.unavailable(err)
