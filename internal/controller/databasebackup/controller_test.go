@@ -132,7 +132,7 @@ func TestDumpFailureBlocksTheDrop(t *testing.T) {
 		g.Expect(del.Message).To(ContainSubstring(backupv1alpha1.BeforeDeleteFinalizer))
 		g.Expect(hasEvent(t, ns, backupv1alpha1.DumpFailedReason, "not a directory")).To(BeTrue())
 	}).Should(Succeed())
-	g.Consistently(func() bool { return dbExists(t, e.srv, "precious") }).WithTimeout(2 * time.Second).Should(BeTrue(), "a failing dump never lets the database be dropped")
+	g.Consistently(func() bool { return dbExists(t, e.srv, "precious") }).WithTimeout(2*time.Second).Should(BeTrue(), "a failing dump never lets the database be dropped")
 	g.Expect(checksum(t, e, "precious")).NotTo(BeEmpty())
 
 	// The escape hatch.
@@ -190,7 +190,7 @@ func TestManagerKilledBetweenDumpAndDrop(t *testing.T) {
 	path := filepath.Join(backupDir, first.Status.Location)
 	st1, err := os.Stat(path)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Consistently(func() bool { return dbExists(t, e.srv, "ledger") }).WithTimeout(2 * time.Second).Should(BeTrue(), "nothing is dropped while the finalizer stays")
+	g.Consistently(func() bool { return dbExists(t, e.srv, "ledger") }).WithTimeout(2*time.Second).Should(BeTrue(), "nothing is dropped while the finalizer stays")
 
 	startBackupController(t, backupDir) // the restarted manager
 	waitGone(t, d)
