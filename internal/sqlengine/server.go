@@ -278,6 +278,14 @@ func (s *Server) Ping(ctx context.Context) (string, error) {
 	return v, nil
 }
 
+// Alive checks that a pooled connection to the server works (a cheap
+// liveness check before a batch of statements).
+func (s *Server) Alive(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout()+5*time.Second)
+	defer cancel()
+	return s.db.PingContext(ctx)
+}
+
 // DatabaseInfo is what the server says about a database.
 type DatabaseInfo struct {
 	Exists    bool

@@ -89,10 +89,11 @@ func (s *Server) Stop() error {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.done:
+	case err := <-s.done:
+		_ = err // a server stopped by SIGTERM exits non-zero; nothing to report
 	case <-time.After(20 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-s.done
+		_ = <-s.done
 	}
 	s.cmd = nil
 	return os.RemoveAll(s.Dir)
@@ -152,7 +153,7 @@ func StartPostgres(ctx context.Context) (_ *Server, retErr error) {
 	if d := os.Getenv("CONVERGE_POSTGRES_BIN_DIR"); d != "" {
 		bin = d
 	}
-	if _, err := os.Stat(filepath.Join(bin, "postgres")); err != nil {
+	if _, err := os.Stat(filepath.Join(bin, "postgres")); err != nil { //nolint:gosec // a directory the test runner chose
 		return nil, &MissingError{What: "PostgreSQL (" + filepath.Join(bin, "postgres") + ")"}
 	}
 	prefix, u, err := runAs()
@@ -170,7 +171,7 @@ func StartPostgres(ctx context.Context) (_ *Server, retErr error) {
 	}()
 	s := &Server{Engine: sqlengine.Postgres, Host: "127.0.0.1", AdminUser: "converge_admin", AdminPassword: password(), Dir: dir}
 	pwfile := filepath.Join(dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(s.AdminPassword+"\n"), 0o644); err != nil { //nolint:gosec // readable by the server user, in a private dir
+	if err := os.WriteFile(pwfile, []byte(s.AdminPassword+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
@@ -282,7 +283,7 @@ func (s *Server) startMaria(ctx context.Context, cmd *exec.Cmd, client, sock str
 	// The admin account: root (no password, socket only) creates it.
 	stmt := fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'; GRANT ALL PRIVILEGES ON *.* TO '%s'@'%%' WITH GRANT OPTION;",
 		s.AdminUser, s.AdminPassword, s.AdminUser)
-	out, err := exec.CommandContext(ctx, client, "--no-defaults", "--socket="+sock, "--user=root", "-e", stmt).CombinedOutput() //nolint:gosec // test harness
+	out, err := exec.CommandContext(ctx, client, "--no-defaults", "--socket="+sock, "--user=root", "-e", stmt).CombinedOutput()
 	if err != nil {
 		_ = s.Stop()
 		return fmt.Errorf("creating the MariaDB admin: %w: %s", err, out)
@@ -307,7 +308,7 @@ func (s *Server) waitReady(ctx context.Context, logPath string) error {
 		case werr := <-s.done:
 			s.cmd = nil
 			log, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%s exited: %v: %s", s.Engine, werr, tail(log))
+			return fmt.Errorf("%s exited: %w: %s", s.Engine, werr, tail(log))
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -328,7 +329,7 @@ func (s *Server) waitMaria(ctx context.Context, deadline time.Time, logPath stri
 		case werr := <-s.done:
 			s.cmd = nil
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "error.log"))
-			return fmt.Errorf("mariadbd exited: %v: %s", werr, tail(log))
+			return fmt.Errorf("mariadbd exited: %w: %s", werr, tail(log))
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

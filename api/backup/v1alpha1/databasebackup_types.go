@@ -9,11 +9,11 @@ import (
 type BackupPhase string
 
 const (
-	// BackupRunning: the dump is being taken.
+	// BackupRunning means the dump is being taken.
 	BackupRunning BackupPhase = "Running"
-	// BackupCompleted: the dump is in the store and its checksum recorded.
+	// BackupCompleted means the dump is in the store and its checksum recorded.
 	BackupCompleted BackupPhase = "Completed"
-	// BackupFailed: the dump failed; the Failed condition says why.
+	// BackupFailed means the dump failed; the Failed condition says why.
 	BackupFailed BackupPhase = "Failed"
 )
 

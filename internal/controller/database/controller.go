@@ -73,7 +73,7 @@ func init() { metrics.Registry.MustRegister(driftCorrections) }
 // Server is what the controller needs from a database server, logged in as
 // its admin. *sqlengine.Server implements it.
 type Server interface {
-	Ping(ctx context.Context) (string, error)
+	Alive(ctx context.Context) error
 	Database(ctx context.Context, name string) (sqlengine.DatabaseInfo, error)
 	HasTables(ctx context.Context, c sqlengine.Config) (bool, error)
 	RoleExists(ctx context.Context, name string) (bool, error)

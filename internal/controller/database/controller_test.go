@@ -133,7 +133,7 @@ func TestDriftIsCorrected(t *testing.T) {
 				t.Helper()
 				testenv.Eventually(g, func(g Gomega) {
 					g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)).To(Succeed())
-					g.Expect(d.Status.LastDriftCorrected).NotTo(BeNil())
+					g.Expect(d.Status.LastDriftCorrected).NotTo(BeNil(), "status: %+v", d.Status)
 					g.Expect(d.Status.LastDriftCorrected.Kind).To(Equal(kind))
 					g.Expect(d.Status.LastDriftCorrected.Message).To(ContainSubstring(msg))
 					g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue())

@@ -143,7 +143,7 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 	}
 	t.server, err = r.Engines.Admin(t.admin)
 	if err == nil {
-		_, err = t.server.Ping(ctx)
+		err = t.server.Alive(ctx)
 	}
 	if err != nil {
 		s.fail(sqlv1alpha1.InstanceUnavailableReason, fmt.Sprintf("%s %q at %s: %v", gvk.Kind, u.GetName(), net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), err), false)
@@ -201,8 +201,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if err := srv.EnsureExtensions(ctx, t.spec); err != nil {
 		return s.provisionFailed(err)
 	}
-	missing, err := srv.MissingPrivileges(ctx, t.spec)
-	if err != nil {
+	var missing []string
+	if created {
+		missing = []string{"ALL"} // a new database: grant without asking
+	} else if missing, err = srv.MissingPrivileges(ctx, t.spec); err != nil {
 		return s.unavailable(err)
 	}
 	if len(missing) > 0 {
@@ -245,10 +247,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if info, err = srv.Database(ctx, t.spec.Name); err != nil {
 		return s.unavailable(err)
 	}
+	if !info.Exists {
+		// Dropped while this observation ran: look again at once, so the
+		// next run treats it as drift.
+		s.fail(sqlv1alpha1.ProvisioningReason, fmt.Sprintf("database %q disappeared during the observation; observing again", t.spec.Name), false)
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
 	s.available = true
 	now := metav1.NewTime(s.now)
 	s.atProvider = &sqlv1alpha1.AtProvider{Exists: info.Exists, Owner: info.Owner, SizeBytes: info.SizeBytes, ObservedTime: &now}
-	if t.contract.Engine == string(sqlv1alpha1.EngineMariaDB) && len(missing) == 0 {
+	if t.contract.Engine == string(sqlv1alpha1.EngineMariaDB) {
 		s.atProvider.Owner = t.spec.Owner // MariaDB has no database owner; the grantee is reported
 	}
 	if !s.provisioned() {

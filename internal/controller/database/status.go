@@ -35,7 +35,10 @@ type scope struct {
 }
 
 func newScope(d *sqlv1alpha1.Database, now time.Time) *scope {
-	return &scope{d: d, now: now, wasProvisioned: d.Status.AtProvider.Exists}
+	// observedTime is only ever set by a successful observation, so it stays
+	// as proof of an earlier provisioning even if a later write cleared
+	// exists.
+	return &scope{d: d, now: now, wasProvisioned: d.Status.AtProvider.Exists || d.Status.AtProvider.ObservedTime != nil}
 }
 
 func (s *scope) provisioned() bool { return s.wasProvisioned }

@@ -120,11 +120,13 @@ func ValidateDatabaseSpec(name string, spec *sqlv1alpha1.DatabaseSpec, p *field.
 	}
 	ref := p.Child("instanceRef")
 	gv, err := schema.ParseGroupVersion(spec.InstanceRef.APIVersion)
-	if err != nil || gv.Version == "" {
+	builtIn := err == nil && gv.Group == sqlv1alpha1.GroupVersion.Group
+	switch {
+	case err != nil || gv.Version == "":
 		errs = append(errs, field.Invalid(ref.Child("apiVersion"), spec.InstanceRef.APIVersion, "must be group/version, for example sql.converge.dev/v1alpha1"))
-	} else if gv.Group == sqlv1alpha1.GroupVersion.Group && spec.InstanceRef.Kind == "MariaDBInstance" && len(spec.Extensions) > 0 {
+	case builtIn && spec.InstanceRef.Kind == "MariaDBInstance" && len(spec.Extensions) > 0:
 		errs = append(errs, field.Forbidden(p.Child("extensions"), "extensions are a PostgreSQL feature; MariaDB has none"))
-	} else if gv.Group == sqlv1alpha1.GroupVersion.Group && spec.InstanceRef.Kind != "PostgresInstance" && spec.InstanceRef.Kind != "MariaDBInstance" {
+	case builtIn && spec.InstanceRef.Kind != "PostgresInstance" && spec.InstanceRef.Kind != "MariaDBInstance":
 		errs = append(errs, field.NotSupported(ref.Child("kind"), spec.InstanceRef.Kind, []string{"PostgresInstance", "MariaDBInstance"}))
 	}
 	for _, m := range validation.IsDNS1123Subdomain(spec.InstanceRef.Name) {
