@@ -135,6 +135,14 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 	if mode, _, _ := unstructured.NestedString(u.Object, "spec", "tls", "mode"); mode != "" {
 		t.admin.TLSMode = sqlengine.TLSMode(mode)
 	}
+	if caName, _, _ := unstructured.NestedString(u.Object, "spec", "tls", "caSecretRef", "name"); caName != "" {
+		ca := &corev1.Secret{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: caName}, ca); err != nil {
+			s.fail(sqlv1alpha1.InstanceUnavailableReason, fmt.Sprintf("reading the CA Secret %q of %s %q: %v", caName, gvk.Kind, u.GetName(), err), false)
+			return nil, ctrl.Result{}, fmt.Errorf("reading the CA Secret: %w", err)
+		}
+		t.admin.CAPEM = ca.Data["ca.crt"]
+	}
 	if t.spec.Charset == "" {
 		t.spec.Charset = "UTF8"
 		if st.Engine == string(sqlv1alpha1.EngineMariaDB) {
