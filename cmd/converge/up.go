@@ -49,6 +49,9 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 			if err := setupLogging(g, logOut); err != nil {
 				return err
 			}
+			if o.Manager.BackupDir == "" {
+				o.Manager.BackupDir = setup.LocalBackupDir(o.ControlPlane.DataDir)
+			}
 			o.Out = cmd.OutOrStdout()
 			_, _ = fmt.Fprintf(o.Out, "Starting Converge locally (data: %s)\n", o.ControlPlane.DataDir)
 			return up.Run(ctrl.SetupSignalHandler(), o)
@@ -64,6 +67,8 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "controllers to run: '*', 'name', '-name'")
 	f.StringVar(&o.Manager.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:8080", "metrics endpoint address; '0' disables")
 	f.StringVar(&o.Manager.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", "address of /healthz and /readyz; '0' disables")
+	f.StringVar(&o.Manager.BackupDir, "backup-dir", "", "backup store of the backup-before-delete controller (default: <data-dir>/backups)")
+	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
 	o.Manager.SecureMetrics = false // local only, on loopback
 	return cmd

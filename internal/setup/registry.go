@@ -5,12 +5,17 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/database"
+	"github.com/converge-dev/converge/internal/controller/databasebackup"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
+	webhooksql "github.com/converge-dev/converge/internal/webhook/sql"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
 
@@ -39,6 +44,18 @@ var controllers = []controller{
 			DefaultServiceAccount:   o.GitOps.DefaultServiceAccount,
 		}).SetupWithManager(mgr)
 	}},
+	{name: sqlinstance.PostgresControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EnginePostgres, HealthInterval: o.SQLInstanceHealthInterval}).SetupWithManager(mgr)
+	}},
+	{name: sqlinstance.MariaDBControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EngineMariaDB, HealthInterval: o.SQLInstanceHealthInterval}).SetupWithManager(mgr)
+	}},
+	{name: database.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&database.Reconciler{ObserveInterval: o.DatabaseObserveInterval, BackupDir: o.BackupDir}).SetupWithManager(mgr)
+	}},
+	{name: databasebackup.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&databasebackup.Reconciler{BackupDir: o.BackupDir}).SetupWithManager(mgr)
+	}},
 }
 
 // webhookSet is the admission webhooks for one kind. Webhooks are served
@@ -53,6 +70,9 @@ var webhooks = []webhookSet{
 	{name: "basicreplicaset", setup: webhookworkloads.BasicReplicaSet{}.SetupWithManager},
 	{name: "gitrepository", setup: webhookgitops.GitRepository{}.SetupWithManager},
 	{name: "sync", setup: webhookgitops.Sync{}.SetupWithManager},
+	{name: "postgresinstance", setup: webhooksql.PostgresInstance{}.SetupWithManager},
+	{name: "mariadbinstance", setup: webhooksql.MariaDBInstance{}.SetupWithManager},
+	{name: "database", setup: webhooksql.Database{}.SetupWithManager},
 }
 
 // ControllerNames lists every controller by name, sorted.

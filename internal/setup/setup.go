@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -35,7 +36,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
@@ -94,6 +97,18 @@ type Options struct {
 	// GitOps configures the GitRepository and Sync controllers.
 	GitOps GitOpsOptions
 
+	// BackupDir is the backup store of the backup-before-delete controller
+	// (dumps are written under it) and of restores (restoreFrom reads from
+	// it). In-cluster it is a mounted volume (a PVC); `converge up` uses
+	// <data-dir>/backups, .converge/backups by default.
+	BackupDir string
+	// DatabaseObserveInterval is how often a Ready Database is re-observed
+	// for drift.
+	DatabaseObserveInterval time.Duration
+	// SQLInstanceHealthInterval is how often a Ready PostgresInstance or
+	// MariaDBInstance logs in again.
+	SQLInstanceHealthInterval time.Duration
+
 	// SkipControllerNameValidation allows several managers in one process
 	// (tests); controller names are otherwise unique per process so that
 	// metrics are not reported twice.
@@ -136,17 +151,27 @@ type WebhookOptions struct {
 	Hosts []string
 }
 
+// DefaultBackupDir is the in-cluster backup store: mount a volume there.
+const DefaultBackupDir = "/var/lib/converge/backups"
+
+// LocalBackupDir is the backup store of local mode, under the data
+// directory.
+func LocalBackupDir(dataDir string) string { return filepath.Join(dataDir, "backups") }
+
 // DefaultOptions returns the defaults `converge run` starts from.
 func DefaultOptions() Options {
 	return Options{
-		Controllers:             []string{"*"},
-		MetricsBindAddress:      ":8443",
-		SecureMetrics:           true,
-		HealthProbeBindAddress:  ":8081",
-		LeaderElectionID:        "converge-manager",
-		GracefulShutdownTimeout: 30 * time.Second,
-		KubeAPIQPS:              20,
-		KubeAPIBurst:            30,
+		Controllers:               []string{"*"},
+		MetricsBindAddress:        ":8443",
+		SecureMetrics:             true,
+		HealthProbeBindAddress:    ":8081",
+		LeaderElectionID:          "converge-manager",
+		GracefulShutdownTimeout:   30 * time.Second,
+		KubeAPIQPS:                20,
+		KubeAPIBurst:              30,
+		BackupDir:                 DefaultBackupDir,
+		DatabaseObserveInterval:   time.Minute,
+		SQLInstanceHealthInterval: time.Minute,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,
@@ -162,6 +187,8 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(workloadsv1alpha1.AddToScheme(s))
 	utilruntime.Must(gitopsv1alpha1.AddToScheme(s))
+	utilruntime.Must(sqlv1alpha1.AddToScheme(s))
+	utilruntime.Must(backupv1alpha1.AddToScheme(s))
 	return s
 }
 
@@ -383,6 +410,8 @@ func shardedKinds() []client.Object {
 		&workloadsv1alpha1.BasicDeployment{},
 		&gitopsv1alpha1.GitRepository{},
 		&gitopsv1alpha1.Sync{},
+		&sqlv1alpha1.PostgresInstance{}, &sqlv1alpha1.MariaDBInstance{}, &sqlv1alpha1.Database{},
+		&backupv1alpha1.DatabaseBackup{},
 	}
 }
 

@@ -1,0 +1,107 @@
+package v1alpha1
+
+// Condition types of the sql API.
+const (
+	// ReadyCondition summarises the object. An instance is Ready once an
+	// admin login and SELECT 1 succeed; a Database once its owner logs in
+	// with the credentials in the connection Secret.
+	ReadyCondition = "Ready"
+	// SyncedCondition is True when the server matched the spec at the last
+	// observation (after any correction).
+	SyncedCondition = "Synced"
+	// StalledCondition is True (and present only then) while only a change
+	// by the user can help: a wrong password, a missing Secret, a bad spec.
+	StalledCondition = "Stalled"
+	// DeletingCondition is present while a Database is being deleted; its
+	// reason and message say what the deletion waits for, including another
+	// controller's finalizer.
+	DeletingCondition = "Deleting"
+)
+
+// Condition reasons of the sql API.
+const (
+	// ConnectedReason: the login and SELECT 1 succeeded.
+	ConnectedReason = "Connected"
+	// UnreachableReason: the server could not be reached (network, DNS,
+	// refused, timed out); retried with backoff.
+	UnreachableReason = "Unreachable"
+	// AuthenticationFailedReason: the server refused the admin credentials.
+	AuthenticationFailedReason = "AuthenticationFailed"
+	// AdminSecretInvalidReason: the admin Secret is missing or lacks the
+	// username or password key.
+	AdminSecretInvalidReason = "AdminSecretInvalid"
+	// InvalidSpecReason: the spec cannot be acted on (for example TLS
+	// VerifyFull without a CA).
+	InvalidSpecReason = "InvalidSpec"
+
+	// AvailableReason: the database exists and its owner can log in.
+	AvailableReason = "Available"
+	// ProvisioningReason: the database, role or Secret is being created.
+	ProvisioningReason = "Provisioning"
+	// RestoringReason: a backup is being loaded before the database turns
+	// Ready.
+	RestoringReason = "Restoring"
+	// RestoreFailedReason: loading restoreFrom failed; the message says why.
+	RestoreFailedReason = "RestoreFailed"
+	// InstanceNotFoundReason: the referenced instance does not exist.
+	InstanceNotFoundReason = "InstanceNotFound"
+	// InstanceNotReadyReason: the instance exists but its contract status is
+	// not ready; the Database waits.
+	InstanceNotReadyReason = "InstanceNotReady"
+	// InstanceUnavailableReason: the instance is ready but the server could
+	// not be reached or refused the admin login; retried with backoff.
+	InstanceUnavailableReason = "InstanceUnavailable"
+	// ContractViolationReason: the instance's status does not honour the
+	// database instance contract (missing endpoint, unknown engine, ...).
+	ContractViolationReason = "ContractViolation"
+	// UnsupportedReason: the spec asks for something the engine lacks (for
+	// example extensions on MariaDB).
+	UnsupportedReason = "Unsupported"
+	// ProvisionFailedReason: a statement on the server failed.
+	ProvisionFailedReason = "ProvisionFailed"
+	// LoginFailedReason: the owner could not log in with the generated
+	// credentials even after resetting them.
+	LoginFailedReason = "LoginFailed"
+
+	// UpToDateReason: nothing had drifted.
+	UpToDateReason = "UpToDate"
+	// DriftCorrectedReason: drift was found and corrected; the message says
+	// what.
+	DriftCorrectedReason = "DriftCorrected"
+
+	// WaitingForFinalizersReason: other controllers' finalizers block the
+	// deletion; the message names them and, when they say so, why.
+	WaitingForFinalizersReason = "WaitingForFinalizers"
+	// DroppingReason: connections are being terminated and the database and
+	// role dropped.
+	DroppingReason = "Dropping"
+	// RetainedReason: deletionPolicy Retain; nothing is dropped.
+	RetainedReason = "Retained"
+)
+
+// Drift correction kinds recorded in status.lastDriftCorrected and in the
+// converge_database_drift_corrections_total metric.
+const (
+	// DriftDatabaseRecreated: the database was missing and was created empty.
+	DriftDatabaseRecreated = "DatabaseRecreated"
+	// DriftPasswordReset: the owner could not log in; its password was reset.
+	DriftPasswordReset = "PasswordReset"
+	// DriftPrivilegesGranted: the owner lacked privileges; they were granted.
+	DriftPrivilegesGranted = "PrivilegesGranted"
+	// DriftRoleRecreated: the owner role was missing and was created.
+	DriftRoleRecreated = "RoleRecreated"
+)
+
+// Finalizers, annotations and labels.
+const (
+	// DatabaseFinalizer lets the Database controller drop the database (with
+	// deletionPolicy Delete) before the object goes. It only acts once it is
+	// the last finalizer left, so other controllers (backups) go first.
+	DatabaseFinalizer = "sql.converge.dev/database"
+	// ReconcileRequestedAtAnnotation requests an immediate observation when
+	// its value changes (any string; a timestamp by convention).
+	ReconcileRequestedAtAnnotation = "converge.dev/reconcile-requested-at"
+	// DatabaseLabel labels objects derived from a Database (connection
+	// Secrets, DatabaseBackups) with its name.
+	DatabaseLabel = "sql.converge.dev/database"
+)

@@ -1,0 +1,291 @@
+// Command databases measures the Database controller on a real, throwaway
+// PostgreSQL 15 (started like the tests start it) and a local control plane
+// (internal/testenv, with the manager in this process):
+//
+//   - the floor: a plain loop running, for -n databases, the statements a
+//     Database needs (CREATE ROLE, CREATE DATABASE, GRANT, a login as the
+//     owner with SELECT 1), one after the other; and the same loop split
+//     over 4 goroutines (the controller's concurrency and default pool size);
+//   - the same -n Databases created through the API server, until every one
+//     is Ready (which the controller only says after the owner logged in);
+//     and the ratio of the two;
+//   - the time from an out-of-band DROP DATABASE to the database existing
+//     again, against the observe interval (-observe);
+//   - the manager's resident memory (this process: the manager, its cache
+//     and pools, and the benchmark's own client) with -rss-n Databases.
+//
+// It prints figures and asserts nothing. Run it from the repository root:
+//
+//	go run ./bench/databases -n 100 -rss-n 1000
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/sqlengine"
+	"github.com/converge-dev/converge/internal/sqltest"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+func main() {
+	n := flag.Int("n", 100, "Databases to provision (floor and controller)")
+	rssN := flag.Int("rss-n", 1000, "Databases for the memory figure; 0 skips it")
+	observe := flag.Duration("observe", 5*time.Second, "the controller's observe interval")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *n, *rssN, *observe)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "databases:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+
+func run(ctx context.Context, n, rssN int, observe time.Duration) error {
+	logf("starting PostgreSQL")
+	srv, err := sqltest.StartPostgres(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Stop() }()
+
+	floor, err := floorLoop(ctx, srv, n, 1)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	floorPar, err := floorLoop(ctx, srv, n, 4)
+	if err != nil {
+		return fmt.Errorf("parallel floor: %w", err)
+	}
+
+	logf("starting the control plane and the manager")
+	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
+		o.Controllers = []string{"postgresinstance", "database"}
+		o.DatabaseObserveInterval = observe
+	}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	c := env.Client
+	ns := "bench"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "admin"},
+		StringData: map[string]string{"username": srv.AdminUser, "password": srv.AdminPassword}}); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &sqlv1alpha1.PostgresInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg"},
+		Spec: sqlv1alpha1.InstanceSpec{Host: srv.Host, Port: int32(srv.Port), AdminSecretRef: sqlv1alpha1.SecretReference{Name: "admin"}}}); err != nil { //nolint:gosec // a loopback port
+		return err
+	}
+	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		i := &sqlv1alpha1.PostgresInstance{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg"}, i)
+		return err == nil && i.Status.Ready, nil
+	}); err != nil {
+		return fmt.Errorf("instance: %w", err)
+	}
+
+	ctrlTime, err := createAndWait(ctx, c, ns, 0, n)
+	if err != nil {
+		return err
+	}
+
+	drift, err := dropAndWait(ctx, srv, "bench_0")
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf("Databases on PostgreSQL %s, %d cores, GOMAXPROCS %d\n", serverVersion(ctx, srv), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Printf("  floor: plain SQL loop, %d x (CREATE ROLE, CREATE DATABASE, GRANT, owner login + SELECT 1): %v (%v each)\n",
+		n, floor.Round(time.Millisecond), (floor / time.Duration(n)).Round(time.Microsecond))
+	fmt.Printf("  controller: %d Databases created through the API to all Ready:                        %v (%v each)\n",
+		n, ctrlTime.Round(time.Millisecond), (ctrlTime / time.Duration(n)).Round(time.Microsecond))
+	fmt.Printf("  floor with 4 workers (the controller's concurrency and pool size):                %v\n", floorPar.Round(time.Millisecond))
+	fmt.Printf("  ratio controller / floor: %.2fx (target <= 2x); against the 4-worker floor: %.2fx\n",
+		float64(ctrlTime)/float64(floor), float64(ctrlTime)/float64(floorPar))
+	fmt.Printf("  out-of-band DROP DATABASE -> recreated: %v (observe interval %v; target <= interval + 1s)\n",
+		drift.Round(time.Millisecond), observe)
+
+	if rssN > n {
+		t, err := createAndWait(ctx, c, ns, n, rssN)
+		if err != nil {
+			return err
+		}
+		runtime.GC()
+		time.Sleep(2 * observe) // a full observe cycle over every Database
+		fmt.Printf("  %d Databases to all Ready (created after the first %d were Ready): %v\n", rssN-n, n, t.Round(time.Millisecond))
+		fmt.Printf("  manager process RSS with %d Ready Databases, after two observe cycles: %s (peak %s)\n",
+			rssN, procStatus("VmRSS"), procStatus("VmHWM"))
+	}
+	return nil
+}
+
+// floorLoop runs the statements of n Databases in a plain loop (split over
+// workers goroutines), then drops what it made.
+func floorLoop(ctx context.Context, srv *sqltest.Server, n, workers int) (time.Duration, error) {
+	var pools sqlengine.Pools
+	defer pools.Close()
+	admin, err := pools.Admin(srv.Admin())
+	if err != nil {
+		return 0, err
+	}
+	if _, err := admin.Ping(ctx); err != nil {
+		return 0, err
+	}
+	one := func(i int) error {
+		sp := sqlengine.Spec{Name: "floor_" + strconv.Itoa(i), Owner: "floor_" + strconv.Itoa(i) + "_owner", Charset: "UTF8"}
+		if err := admin.CreateRole(ctx, sp.Owner, "pw"+strconv.Itoa(i)); err != nil {
+			return err
+		}
+		if err := admin.CreateDatabase(ctx, sp); err != nil {
+			return err
+		}
+		if err := admin.Grant(ctx, sp); err != nil {
+			return err
+		}
+		return sqlengine.CheckLogin(ctx, srv.Config(sp.Owner, "pw"+strconv.Itoa(i), sp.Name))
+	}
+	start := time.Now()
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			for i := w; i < n; i += workers {
+				if err := one(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}(w)
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	d := time.Since(start)
+	for i := 0; i < n; i++ {
+		sp := sqlengine.Spec{Name: "floor_" + strconv.Itoa(i), Owner: "floor_" + strconv.Itoa(i) + "_owner"}
+		if err := admin.Drop(ctx, sp); err != nil {
+			return 0, err
+		}
+	}
+	return d, nil
+}
+
+// createAndWait creates Databases bench-from..bench-(to-1) and waits until
+// all of them are Ready.
+func createAndWait(ctx context.Context, c client.Client, ns string, from, to int) (time.Duration, error) {
+	logf("creating %d Databases", to-from)
+	start := time.Now()
+	for i := from; i < to; i++ {
+		d := &sqlv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-" + strconv.Itoa(i)},
+			Spec: sqlv1alpha1.DatabaseSpec{
+				InstanceRef:  sqlv1alpha1.InstanceReference{APIVersion: sqlv1alpha1.GroupVersion.String(), Kind: "PostgresInstance", Name: "pg"},
+				DatabaseName: "bench_" + strconv.Itoa(i),
+			}}
+		if err := c.Create(ctx, d); err != nil {
+			return 0, err
+		}
+	}
+	err := waitFor(ctx, 30*time.Minute, func() (bool, error) {
+		list := &sqlv1alpha1.DatabaseList{}
+		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for i := range list.Items {
+			if meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, sqlv1alpha1.ReadyCondition) {
+				ready++
+			}
+		}
+		return ready >= to, nil
+	})
+	return time.Since(start), err
+}
+
+// dropAndWait drops a database behind the controller's back and times its
+// recreation.
+func dropAndWait(ctx context.Context, srv *sqltest.Server, name string) (time.Duration, error) {
+	db, err := sqlengine.OpenDB(srv.Admin())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = db.Close() }()
+	if _, err := db.ExecContext(ctx, `DROP DATABASE "`+name+`" WITH (FORCE)`); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	err = waitFor(ctx, 5*time.Minute, func() (bool, error) {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_database WHERE datname = $1", name).Scan(&n)
+		return n == 1, err
+	})
+	return time.Since(start), err
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, f func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := f()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func serverVersion(ctx context.Context, srv *sqltest.Server) string {
+	v, err := sqlengine.Ping(ctx, srv.Admin())
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(v)[0]
+}
+
+func procStatus(key string) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, key+":") {
+			return strings.TrimSpace(strings.TrimPrefix(line, key+":"))
+		}
+	}
+	return "?"
+}

@@ -1,0 +1,312 @@
+// Package database implements the Database controller: on any server kind
+// that honours the database instance contract (read through
+// pkg/contract/databaseinstance from unstructured objects, never the
+// providers' Go types) it creates the database and an owner role with a
+// generated password, grants privileges, writes the connection Secret, and
+// turns Ready only after logging in with those credentials. It re-observes
+// each Database periodically and on request, corrects drift (a dropped
+// database, a changed password, revoked privileges) and records each
+// correction. On deletion with deletionPolicy Delete it terminates
+// connections and drops the database and role, but only once its finalizer
+// is the last one: other controllers' finalizers (backups) go first. It
+// knows nothing about backups beyond loading spec.restoreFrom.
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/sqlengine"
+)
+
+// ControllerName is the name used with --controllers, in logs and metrics.
+const ControllerName = "database"
+
+// FieldManager is the field manager of every write this controller makes.
+const FieldManager = "converge-database"
+
+// DefaultObserveInterval is how often a Database is re-observed for drift.
+const DefaultObserveInterval = 60 * time.Second
+
+// instanceIndex indexes Databases by "<group>/<kind>/<name>" of instanceRef.
+const instanceIndex = "spec.instanceRef"
+
+// +kubebuilder:rbac:groups=sql.converge.dev,resources=databases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sql.converge.dev,resources=databases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sql.converge.dev,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=sql.converge.dev,resources=postgresinstances;mariadbinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backup.converge.dev,resources=databasebackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+var driftCorrections = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "converge_database_drift_corrections_total",
+	Help: "Corrections of drift found on database servers, by kind (DatabaseRecreated, RoleRecreated, PasswordReset, PrivilegesGranted).",
+}, []string{"kind"})
+
+func init() { metrics.Registry.MustRegister(driftCorrections) }
+
+// Server is what the controller needs from a database server, logged in as
+// its admin. *sqlengine.Server implements it.
+type Server interface {
+	Alive(ctx context.Context) error
+	Database(ctx context.Context, name string) (sqlengine.DatabaseInfo, error)
+	HasTables(ctx context.Context, c sqlengine.Config) (bool, error)
+	RoleExists(ctx context.Context, name string) (bool, error)
+	CreateRole(ctx context.Context, name, password string) error
+	SetPassword(ctx context.Context, name, password string) error
+	CreateDatabase(ctx context.Context, sp sqlengine.Spec) error
+	MissingPrivileges(ctx context.Context, sp sqlengine.Spec) ([]string, error)
+	Grant(ctx context.Context, sp sqlengine.Spec) error
+	EnsureExtensions(ctx context.Context, sp sqlengine.Spec) error
+	Drop(ctx context.Context, sp sqlengine.Spec) error
+}
+
+// Engines connects to servers.
+type Engines interface {
+	// Admin returns a Server for admin credentials (pooled).
+	Admin(c sqlengine.Config) (Server, error)
+	// CheckLogin logs in with c on a fresh connection and runs SELECT 1.
+	CheckLogin(ctx context.Context, c sqlengine.Config) error
+	// Restore loads a dump file into c.Database as c.User.
+	Restore(ctx context.Context, c sqlengine.Config, serverVersion, path, sha256 string) error
+	// IsAuthError tells refused credentials from other failures.
+	IsAuthError(err error) bool
+}
+
+// SQLEngines is the real Engines, on sqlengine.
+type SQLEngines struct {
+	Pools sqlengine.Pools
+	Tools sqlengine.Tools
+}
+
+// Admin implements Engines.
+func (e *SQLEngines) Admin(c sqlengine.Config) (Server, error) { return e.Pools.Admin(c) }
+
+// CheckLogin implements Engines.
+func (e *SQLEngines) CheckLogin(ctx context.Context, c sqlengine.Config) error {
+	return sqlengine.CheckLogin(ctx, c)
+}
+
+// Restore implements Engines.
+func (e *SQLEngines) Restore(ctx context.Context, c sqlengine.Config, v, path, sum string) error {
+	return sqlengine.Restore(ctx, e.Tools, c, v, path, sum)
+}
+
+// IsAuthError implements Engines.
+func (e *SQLEngines) IsAuthError(err error) bool { return sqlengine.IsAuthError(err) }
+
+// Reconciler reconciles Databases.
+type Reconciler struct {
+	client.Client
+	// Recorder emits Events; set by SetupWithManager.
+	Recorder events.EventRecorder
+	// Engines connects to servers; SQLEngines when nil.
+	Engines Engines
+	// ObserveInterval is how often a Ready Database is re-observed;
+	// DefaultObserveInterval when zero.
+	ObserveInterval time.Duration
+	// BackupDir is the backup store restoreFrom dumps are read from.
+	BackupDir string
+	// MaxConcurrentReconciles defaults to 4.
+	MaxConcurrentReconciles int
+
+	ctrl      controller.Controller
+	apiReader client.Reader
+	mgr       ctrl.Manager
+	watchMu   sync.Mutex
+	watched   map[schema.GroupVersionKind]bool
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Client = mgr.GetClient()
+	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	r.mgr = mgr
+	r.apiReader = mgr.GetAPIReader()
+	r.watched = map[schema.GroupVersionKind]bool{}
+	if r.Engines == nil {
+		r.Engines = &SQLEngines{}
+	}
+	if r.ObserveInterval == 0 {
+		r.ObserveInterval = DefaultObserveInterval
+	}
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 4
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &sqlv1alpha1.Database{}, instanceIndex, //nolint:forbidigo // index registration has no request context
+		func(o client.Object) []string {
+			return []string{instanceKey(o.(*sqlv1alpha1.Database).Spec.InstanceRef)}
+		}); err != nil {
+		return fmt.Errorf("indexing %s: %w", instanceIndex, err)
+	}
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&sqlv1alpha1.Database{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: relevantUpdate})).
+		Owns(&corev1.Secret{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.ctrl = c
+	// The built-in kinds are watched from the start; other kinds once a
+	// Database refers to them.
+	for _, gvk := range []schema.GroupVersionKind{
+		sqlv1alpha1.GroupVersion.WithKind("PostgresInstance"), sqlv1alpha1.GroupVersion.WithKind("MariaDBInstance"),
+	} {
+		if err := r.watchInstances(gvk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relevantUpdate skips updates that only touch status (ours or the backup
+// controller's), so writing status does not trigger another observation;
+// spec, annotations (reconcile-requested-at), labels, finalizers and the
+// deletion timestamp do.
+func relevantUpdate(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return o.GetGeneration() != n.GetGeneration() ||
+		!mapsEqual(o.GetAnnotations(), n.GetAnnotations()) ||
+		!mapsEqual(o.GetLabels(), n.GetLabels()) ||
+		!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+		!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func instanceKey(ref sqlv1alpha1.InstanceReference) string {
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
+	return gv.Group + "/" + ref.Kind + "/" + ref.Name
+}
+
+// watchInstances starts watching an instance kind (once), queueing the
+// Databases that refer to a changed instance.
+func (r *Reconciler) watchInstances(gvk schema.GroupVersionKind) error {
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	if r.watched[gvk] {
+		return nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := r.ctrl.Watch(source.Kind(r.mgr.GetCache(), client.Object(u), handler.EnqueueRequestsFromMapFunc(r.databasesForInstance))); err != nil {
+		return fmt.Errorf("watching %s: %w", gvk, err)
+	}
+	r.watched[gvk] = true
+	return nil
+}
+
+func (r *Reconciler) databasesForInstance(ctx context.Context, o client.Object) []reconcile.Request {
+	gvk := o.GetObjectKind().GroupVersionKind()
+	list := &sqlv1alpha1.DatabaseList{}
+	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()),
+		client.MatchingFields{instanceIndex: gvk.Group + "/" + gvk.Kind + "/" + o.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// ownedConditions are the condition types this controller writes; others on
+// the same status (the backup controller's) are left alone.
+var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCondition, sqlv1alpha1.StalledCondition, sqlv1alpha1.DeletingCondition}
+
+// patchStatus writes the status with an optimistic lock, so conditions other
+// controllers set are never overwritten from a stale copy. On a conflict it
+// re-reads the object and re-applies this run's status (owned conditions
+// win), so an observation, and a drift correction in particular, is never
+// lost to a concurrent write.
+func (r *Reconciler) patchStatus(ctx context.Context, d, base *sqlv1alpha1.Database) error {
+	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	for attempt := 0; attempt < 5 && apierrors.IsConflict(err); attempt++ {
+		fresh := &sqlv1alpha1.Database{}
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), fresh); err != nil {
+			return err
+		}
+		freshBase := fresh.DeepCopy()
+		conds := d.Status.Conditions
+		fresh.Status, fresh.Status.Conditions = d.Status, freshBase.Status.Conditions
+		for _, c := range conds {
+			if slices.Contains(ownedConditions, c.Type) {
+				meta.SetStatusCondition(&fresh.Status.Conditions, c)
+			}
+		}
+		for _, t := range ownedConditions {
+			if meta.FindStatusCondition(conds, t) == nil {
+				meta.RemoveStatusCondition(&fresh.Status.Conditions, t)
+			}
+		}
+		err = r.Status().Patch(ctx, fresh, client.MergeFromWithOptions(freshBase, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	}
+	return err
+}
+
+// Reconcile provisions, observes or deletes one Database.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	d := &sqlv1alpha1.Database{}
+	if err := r.Get(ctx, req.NamespacedName, d); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Database", klog.KObj(d)))
+	if d.DeletionTimestamp.IsZero() && !slices.Contains(d.Finalizers, sqlv1alpha1.DatabaseFinalizer) {
+		// The finalizer goes on before anything exists on the server.
+		base := d.DeepCopy()
+		d.Finalizers = append(d.Finalizers, sqlv1alpha1.DatabaseFinalizer)
+		return ctrl.Result{}, r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	}
+	s := newScope(d, time.Now())
+	base := d.DeepCopy()
+	defer func() {
+		computeStatus(s)
+		if retErr == nil && !s.deleting {
+			d.Status.ObservedGeneration = d.Generation
+		}
+		if err := r.patchStatus(ctx, d, base); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+		}
+	}()
+	if !d.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}

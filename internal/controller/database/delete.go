@@ -1,0 +1,89 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+)
+
+// reconcileDelete drops (Delete) or keeps (Retain) the database once this
+// controller's finalizer is the last one. Until then it only says what the
+// deletion waits for: another controller's finalizer may need the data
+// (a backup before delete), so nothing is dropped while one remains.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	d := s.d
+	s.deleting = true
+	if !slices.Contains(d.Finalizers, sqlv1alpha1.DatabaseFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	var others []string
+	for _, f := range d.Finalizers {
+		if f != sqlv1alpha1.DatabaseFinalizer {
+			others = append(others, f)
+		}
+	}
+	if len(others) > 0 {
+		msg := fmt.Sprintf("waiting for finalizers %s to be removed before the database is %s", strings.Join(others, ", "), verb(d))
+		if prev := conditionMessage(d, sqlv1alpha1.DeletingCondition); prev != msg {
+			r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, sqlv1alpha1.WaitingForFinalizersReason, "Delete", "%s", msg)
+		}
+		s.deletingReason, s.deletingMessage = sqlv1alpha1.WaitingForFinalizersReason, msg
+		return ctrl.Result{}, nil // a finalizer change wakes us
+	}
+	dbName, owner := resolveNames(d)
+	if d.Spec.DeletionPolicy != sqlv1alpha1.DeletionDelete {
+		ctrl.LoggerFrom(ctx).Info("Retaining database on the server", "database", dbName, "owner", owner)
+		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, sqlv1alpha1.RetainedReason, "Delete",
+			"deletionPolicy is Retain: database %q and role %q are kept on the server", dbName, owner)
+		s.deletingReason, s.deletingMessage = sqlv1alpha1.RetainedReason, "deletionPolicy Retain: nothing is dropped"
+		return ctrl.Result{}, r.removeFinalizer(ctx, d)
+	}
+	t, res, err := r.resolveTarget(ctx, s)
+	if t == nil {
+		// Never drop blindly and never leave without dropping: the
+		// finalizer stays until the server can be reached.
+		s.deletingReason, s.deletingMessage = s.reason, "cannot drop yet: "+s.message
+		return res, err
+	}
+	s.deletingReason, s.deletingMessage = sqlv1alpha1.DroppingReason, "terminating connections and dropping"
+	ctrl.LoggerFrom(ctx).Info("Dropping database and role", "database", dbName, "owner", owner)
+	if err := t.server.Drop(ctx, t.spec); err != nil {
+		s.deletingMessage = "dropping failed: " + err.Error()
+		return ctrl.Result{}, fmt.Errorf("dropping: %w", err)
+	}
+	r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, "Dropped", "Delete",
+		"Terminated connections, dropped database %q and role %q", dbName, owner)
+	return ctrl.Result{}, r.removeFinalizer(ctx, d)
+}
+
+func verb(d *sqlv1alpha1.Database) string {
+	if d.Spec.DeletionPolicy == sqlv1alpha1.DeletionDelete {
+		return "dropped"
+	}
+	return "released (deletionPolicy Retain)"
+}
+
+func (r *Reconciler) removeFinalizer(ctx context.Context, d *sqlv1alpha1.Database) error {
+	base := d.DeepCopy()
+	d.Finalizers = slices.DeleteFunc(d.Finalizers, func(f string) bool { return f == sqlv1alpha1.DatabaseFinalizer })
+	if err := r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+func conditionMessage(d *sqlv1alpha1.Database, typ string) string {
+	for _, c := range d.Status.Conditions {
+		if c.Type == typ {
+			return c.Message
+		}
+	}
+	return ""
+}

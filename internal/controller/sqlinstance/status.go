@@ -1,0 +1,61 @@
+package sqlinstance
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+)
+
+// scope holds what one reconcile observed.
+type scope struct {
+	inst   sqlInstance
+	engine sqlv1alpha1.Engine
+	port   int
+
+	ready   bool
+	version string
+
+	reason, message string
+	stalled         bool
+}
+
+func (s *scope) fail(reason, message string, stalled bool) {
+	s.ready, s.reason, s.message, s.stalled = false, reason, message, stalled
+}
+
+// computeStatus turns the observations into the contract fields and
+// conditions. The contract fields are published only while Ready: a Database
+// must never act on an instance that failed its last check.
+func computeStatus(s *scope) {
+	st := s.inst.InstanceStatus()
+	spec := s.inst.InstanceSpec()
+	gen := s.inst.GetGeneration()
+	st.Engine = s.engine
+	st.Ready = s.ready
+	if s.ready {
+		st.Endpoint = &sqlv1alpha1.Endpoint{Host: spec.Host, Port: int32(s.port)} //nolint:gosec // port is validated to 1..65535
+		st.Version = s.version
+		st.AdminSecretRef = &sqlv1alpha1.SecretReference{Name: spec.AdminSecretRef.Name}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionTrue,
+			Reason: sqlv1alpha1.ConnectedReason, Message: "Logged in and ran SELECT 1 on " + s.version, ObservedGeneration: gen})
+		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
+		return
+	}
+	st.Endpoint, st.AdminSecretRef = nil, nil
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
+		Reason: s.reason, Message: truncate(s.message), ObservedGeneration: gen})
+	if s.stalled {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.StalledCondition, Status: metav1.ConditionTrue,
+			Reason: s.reason, Message: truncate(s.message), ObservedGeneration: gen})
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 1024 {
+		return s[:1021] + "..."
+	}
+	return s
+}

@@ -1,0 +1,257 @@
+package sqlengine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Tools are the dump and load programs run by the manager. Empty fields use
+// the defaults: pg_dump and psql from /usr/lib/postgresql/<major>/bin when
+// that matches the server's major version, else from $PATH; mariadb-dump
+// and mariadb from $PATH.
+type Tools struct {
+	PGDump, PSQL, MariaDBDump, MariaDB string
+}
+
+var pgMajor = regexp.MustCompile(`^(\d+)`)
+
+// pgTool finds a PostgreSQL client of the server's major version; pg_dump
+// refuses servers newer than itself.
+func pgTool(name, override, serverVersion string) string {
+	if override != "" {
+		return override
+	}
+	if m := pgMajor.FindStringSubmatch(serverVersion); m != nil {
+		p := filepath.Join("/usr/lib/postgresql", m[1], "bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return name
+}
+
+func orDefault(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+// DumpResult describes a finished dump.
+type DumpResult struct {
+	SizeBytes int64
+	SHA256    string
+	// Tool is the program's own --version line.
+	Tool string
+}
+
+// Dump writes a plain SQL dump of c.Database (connected as c.User) to path,
+// atomically: into path+".partial", synced, then renamed. Ownership and
+// grants are left out, so the dump loads into a database with another owner.
+// The password reaches the program through the environment (PostgreSQL) or
+// a 0600 option file (MariaDB), never through argv.
+func Dump(ctx context.Context, t Tools, c Config, serverVersion, path string) (DumpResult, error) {
+	if err := ValidateIdentifier(c.Database); err != nil {
+		return DumpResult{}, fmt.Errorf("database %q: %w", c.Database, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return DumpResult{}, fmt.Errorf("creating the backup directory: %w", err)
+	}
+	tmp := path + ".partial"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return DumpResult{}, fmt.Errorf("creating the dump file: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp) }() // no-op after the rename
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	cmd, cleanup, err := dumpCommand(ctx, t, c, serverVersion)
+	if err != nil {
+		_ = f.Close()
+		return DumpResult{}, err
+	}
+	defer cleanup()
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = cw, &stderr
+	runErr := cmd.Run()
+	if runErr == nil && cw.err != nil {
+		runErr = cw.err
+	}
+	if runErr != nil {
+		_ = f.Close()
+		return DumpResult{}, fmt.Errorf("%s: %w: %s", filepath.Base(cmd.Path), runErr, strings.TrimSpace(stderr.String()))
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return DumpResult{}, fmt.Errorf("syncing the dump file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return DumpResult{}, fmt.Errorf("closing the dump file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return DumpResult{}, fmt.Errorf("moving the dump into place: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return DumpResult{SizeBytes: cw.n, SHA256: hex.EncodeToString(h.Sum(nil)), Tool: toolVersion(ctx, cmd.Path)}, nil
+}
+
+// Restore verifies path against sha256 and loads it into c.Database as c.User
+// (the new owner), stopping at the first error; on PostgreSQL in one
+// transaction, so a failed load leaves the database empty.
+func Restore(ctx context.Context, t Tools, c Config, serverVersion, path, wantSHA256 string) error {
+	if err := ValidateIdentifier(c.Database); err != nil {
+		return fmt.Errorf("database %q: %w", c.Database, err)
+	}
+	got, err := FileSHA256(path)
+	if err != nil {
+		return err
+	}
+	if wantSHA256 != "" && got != wantSHA256 {
+		return fmt.Errorf("the dump %s has SHA-256 %s, the backup recorded %s: refusing to load a changed file", path, got, wantSHA256)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening the dump: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	var cmd *exec.Cmd
+	cleanup := func() {}
+	switch c.Engine {
+	case Postgres:
+		cmd = exec.CommandContext(ctx, pgTool("psql", t.PSQL, serverVersion), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--single-transaction", "--file", "-")
+		cmd.Env = pgEnv(c)
+	case MariaDB:
+		var opt string
+		opt, cleanup, err = mariaOptionFile(c)
+		if err != nil {
+			return err
+		}
+		cmd = exec.CommandContext(ctx, orDefault(t.MariaDB, "mariadb"), "--defaults-extra-file="+opt, "--batch", "--database="+c.Database)
+	default:
+		return fmt.Errorf("unsupported engine %q", c.Engine)
+	}
+	defer cleanup()
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = f, io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", filepath.Base(cmd.Path), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// FileSHA256 returns the hex SHA-256 of a file.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func dumpCommand(ctx context.Context, t Tools, c Config, serverVersion string) (*exec.Cmd, func(), error) {
+	switch c.Engine {
+	case Postgres:
+		cmd := exec.CommandContext(ctx, pgTool("pg_dump", t.PGDump, serverVersion), "--format=plain", "--no-owner", "--no-privileges", "--no-password")
+		cmd.Env = pgEnv(c)
+		return cmd, func() {}, nil
+	case MariaDB:
+		opt, cleanup, err := mariaOptionFile(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		cmd := exec.CommandContext(ctx, orDefault(t.MariaDBDump, "mariadb-dump"), "--defaults-extra-file="+opt,
+			"--single-transaction", "--routines", "--triggers", "--skip-lock-tables", "--no-tablespaces", "--", c.Database)
+		return cmd, cleanup, nil
+	default:
+		return nil, nil, fmt.Errorf("unsupported engine %q", c.Engine)
+	}
+}
+
+// pgEnv passes the connection through libpq's environment variables, so no
+// value can be mistaken for an option.
+func pgEnv(c Config) []string {
+	mode := "disable"
+	switch c.TLSMode {
+	case TLSRequire:
+		mode = "require"
+	case TLSVerifyFull:
+		mode = "verify-full" // needs PGSSLROOTCERT; see docs/databases.md
+	}
+	env := []string{
+		"PGHOST=" + c.Host, "PGPORT=" + strconv.Itoa(c.Port), "PGUSER=" + c.User,
+		"PGPASSWORD=" + c.Password, "PGDATABASE=" + c.Database, "PGSSLMODE=" + mode,
+		"PGCONNECT_TIMEOUT=10", "PGAPPNAME=converge", "PATH=" + os.Getenv("PATH"),
+	}
+	return env
+}
+
+// mariaOptionFile writes the connection to a private option file for the
+// MariaDB clients (the password stays out of argv and the environment).
+func mariaOptionFile(c Config) (string, func(), error) {
+	f, err := os.CreateTemp("", "converge-mariadb-*.cnf")
+	if err != nil {
+		return "", nil, fmt.Errorf("creating the client option file: %w", err)
+	}
+	cleanup := func() { _ = os.Remove(f.Name()) }
+	for _, v := range []string{c.User, c.Password, c.Host} {
+		if strings.ContainsAny(v, "\n\r\"\\") {
+			cleanup()
+			return "", nil, errors.New("connection values must not contain newlines, quotes or backslashes")
+		}
+	}
+	ssl := "ssl=0\n"
+	if c.TLSMode == TLSRequire || c.TLSMode == TLSVerifyFull {
+		ssl = "ssl=1\n"
+	}
+	_, err = fmt.Fprintf(f, "[client]\nuser=\"%s\"\npassword=\"%s\"\nhost=\"%s\"\nport=%d\nprotocol=TCP\n%s", c.User, c.Password, c.Host, c.Port, ssl)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("writing the client option file: %w", err)
+	}
+	return f.Name(), cleanup, nil
+}
+
+func toolVersion(ctx context.Context, path string) string {
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return filepath.Base(path)
+	}
+	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+}
+
+type countWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
