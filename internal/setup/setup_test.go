@@ -31,12 +31,6 @@ func TestControllerNames(t *testing.T) {
 
 func TestSelectControllers(t *testing.T) {
 	all := ControllerNames()
-	var allButRS []string
-	for _, n := range all {
-		if n != "basicreplicaset" {
-			allButRS = append(allButRS, n)
-		}
-	}
 	cases := []struct {
 		name    string
 		spec    []string
