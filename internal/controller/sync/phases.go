@@ -304,6 +304,10 @@ func (r *Reconciler) writeAheadInventory(ctx context.Context, s *scope, objs []*
 	}
 	base := sy.DeepCopy()
 	sy.Status.Inventory = union(sy.Status.Inventory, missing)
+	// Say what is going on while a large revision is applied.
+	meta.SetStatusCondition(&sy.Status.Conditions, metav1.Condition{Type: gitopsv1alpha1.ReconcilingCondition,
+		Status: metav1.ConditionTrue, Reason: gitopsv1alpha1.ProgressingReason, ObservedGeneration: sy.Generation,
+		Message: fmt.Sprintf("applying revision %s (%d new objects)", s.revision, len(missing))})
 	if err := r.Status().Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("recording the inventory before applying: %w", err)
 	}
