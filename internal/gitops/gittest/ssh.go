@@ -130,7 +130,7 @@ func (s *Server) serveSession(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		if err := c.Run(); err != nil {
 			status = 1
 		}
-		_, _ = ch.SendRequest("exit-status", false, binary.BigEndian.AppendUint32(nil, uint32(status))) //nolint:gosec // 0 or 1
+		_, _ = ch.SendRequest("exit-status", false, binary.BigEndian.AppendUint32(nil, uint32(status)))
 		return
 	}
 }
