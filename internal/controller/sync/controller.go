@@ -164,7 +164,15 @@ func requests(list *gitopsv1alpha1.SyncList) []reconcile.Request {
 // Reconcile applies one Sync.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	sy := &gitopsv1alpha1.Sync{}
-	// Read past the cache: the status (inventory, last revision, drift
+	// The cache holds only this manager's shard: a drift event can name a
+	// Sync of another shard, which is not ours to reconcile.
+	if err := r.Get(ctx, req.NamespacedName, sy); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Then read past the cache: the status (inventory, last revision, drift
 	// count) written by the previous run must be seen by this one.
 	if err := r.APIReader.Get(ctx, req.NamespacedName, sy); err != nil {
 		if apierrors.IsNotFound(err) {
