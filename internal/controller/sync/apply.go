@@ -108,12 +108,7 @@ func (r *Reconciler) applyStage(ctx context.Context, s *scope, c client.Client, 
 func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, desired *unstructured.Unstructured) error {
 	sy := s.sync
 	u := desired.DeepCopy()
-	if u.GetNamespace() == "" && sy.Spec.TargetNamespace != "" {
-		if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
-			m.Scope.Name() == meta.RESTScopeNameNamespace {
-			u.SetNamespace(sy.Spec.TargetNamespace)
-		}
-	}
+	u.SetNamespace(r.namespaceOf(sy, u))
 	ref := refOf(u)
 	k := keyOf(ref)
 	hash := hashObject(u)
@@ -203,6 +198,19 @@ func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, de
 	s.st.set(k, record{hash: hash, rv: out.GetResourceVersion()})
 	s.changes.add(result, ref)
 	return nil
+}
+
+// namespaceOf is the namespace an object is applied in: its own, else
+// spec.targetNamespace for a namespaced kind.
+func (r *Reconciler) namespaceOf(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) string {
+	if ns := u.GetNamespace(); ns != "" || sy.Spec.TargetNamespace == "" || isClusterScopedWellKnown(u) {
+		return ns
+	}
+	if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
+		m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return sy.Spec.TargetNamespace
+	}
+	return ""
 }
 
 func inInventory(sy *gitopsv1alpha1.Sync, k objKey) bool {

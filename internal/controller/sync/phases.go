@@ -155,9 +155,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	actx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
 	applyErr := r.applyAll(actx, s, c, objs)
+	// After the apply: kinds whose CRD came in this revision now map, so
+	// their namespace is known.
 	desired := make([]gitopsv1alpha1.ObjectRef, 0, len(objs))
 	for _, u := range objs {
-		desired = append(desired, refOf(u))
+		ref := refOf(u)
+		ref.Namespace = r.namespaceOf(sy, u)
+		desired = append(desired, ref)
 	}
 	if applyErr != nil {
 		// Keep every object known before and every desired one: nothing is
