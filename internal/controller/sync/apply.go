@@ -61,12 +61,20 @@ func (r *Reconciler) applyAll(ctx context.Context, s *scope, c client.Client, ob
 		}
 	}
 	if len(first) > 0 {
+		if err := r.writeAheadInventory(ctx, s, first); err != nil {
+			return err
+		}
 		if err := r.applyStage(ctx, s, c, first); err != nil {
 			return err
 		}
 		if err := r.waitEstablished(ctx, c, first); err != nil {
 			return err
 		}
+	}
+	// Written after the CRDs are established: the scope (and so the
+	// namespace) of their kinds is known now.
+	if err := r.writeAheadInventory(ctx, s, rest); err != nil {
+		return err
 	}
 	return r.applyStage(ctx, s, c, rest)
 }

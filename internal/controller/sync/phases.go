@@ -147,11 +147,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, reconcile.TerminalError(errors.New("empty render"))
 	}
 
-	// Apply, recording every object in the inventory before it is written,
-	// so a crash mid-apply never loses track of one.
-	if err := r.writeAheadInventory(ctx, s, objs); err != nil {
-		return ctrl.Result{}, err
-	}
+	// Apply (applyAll records every object in the inventory before it is
+	// written, so a crash mid-apply never loses track of one).
 	actx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
 	applyErr := r.applyAll(actx, s, c, objs)
@@ -299,8 +296,10 @@ func (r *Reconciler) writeAheadInventory(ctx context.Context, s *scope, objs []*
 	}
 	var missing []gitopsv1alpha1.ObjectRef
 	for _, u := range objs {
-		if !have[keyOf(refOf(u))] {
-			missing = append(missing, refOf(u))
+		ref := refOf(u)
+		ref.Namespace = r.namespaceOf(sy, u)
+		if !have[keyOf(ref)] {
+			missing = append(missing, ref)
 		}
 	}
 	if len(missing) == 0 {
