@@ -47,16 +47,19 @@ const (
 	dependsOnIndex = "spec.dependsOn.sync"
 )
 
-// The Sync controller applies whatever git holds, so, like Flux's
-// kustomize-controller, it may write any kind; restrict it per Sync with
-// serviceAccountName (impersonation).
+// The manager's ClusterRole (generated from these markers) grants only what
+// the controller needs for its own kinds. What Syncs apply is whatever git
+// holds, so the permission to write those kinds is the cluster admin's
+// decision, not the chart's: bind a role to the manager's service account,
+// or grant it `impersonate` on the service accounts Syncs name in
+// serviceAccountName (docs/gitops.md, "Permissions"). The chart never ships
+// wildcard or impersonation rules.
 //
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories,verbs=get;list;watch
-// +kubebuilder:rbac:groups=*,resources=*,verbs=*
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler reconciles Syncs.
