@@ -37,11 +37,15 @@ func TestTransportsAndRefs(t *testing.T) {
 	httpURL := s.ServeHTTP(t, "user", "secret")
 	creds := git.Credentials{"username": []byte("user"), "password": []byte("secret")}
 
+	sshSrv := s.ServeSSH(t)
+	sshCreds := git.Credentials{"identity": sshSrv.ClientKey, "known_hosts": sshSrv.KnownHosts}
+
 	for _, tc := range []struct {
 		name  string
 		url   string
 		creds git.Credentials
 	}{
+		{"ssh with key and known_hosts", sshSrv.URL + "app.git", sshCreds},
 		{"file", repo.FileURL(), nil},
 		{"git daemon", daemon + "app.git", nil},
 		{"http basic auth", httpURL + "app.git", creds},
@@ -80,6 +84,20 @@ func TestTransportsAndRefs(t *testing.T) {
 			g.Expect(errors.Is(err, git.ErrRefNotFound)).To(BeTrue(), "got %v", err)
 		})
 	}
+
+	t.Run("ssh host key mismatch", func(t *testing.T) {
+		g := NewWithT(t)
+		other := s.ServeSSH(t)
+		_, _, _, err := checkout(t, sshSrv.URL+"app.git", git.Ref{Branch: "main"},
+			git.Credentials{"identity": sshSrv.ClientKey, "known_hosts": other.KnownHosts})
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(errors.Is(err, git.ErrAuth)).To(BeTrue(), "got %v", err)
+		_, _, _, err = checkout(t, sshSrv.URL+"app.git", git.Ref{Branch: "main"}, git.Credentials{"identity": sshSrv.ClientKey})
+		g.Expect(err).To(MatchError(ContainSubstring("no known_hosts")))
+		_, _, _, err = checkout(t, sshSrv.URL+"app.git", git.Ref{Branch: "main"},
+			git.Credentials{"identity": other.ClientKey, "known_hosts": sshSrv.KnownHosts})
+		g.Expect(errors.Is(err, git.ErrAuth)).To(BeTrue(), "wrong key: got %v", err)
+	})
 
 	t.Run("bad credentials", func(t *testing.T) {
 		g := NewWithT(t)

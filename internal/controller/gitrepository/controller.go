@@ -35,7 +35,10 @@ const FieldManager = "converge-gitrepository"
 
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// Secrets named by spec.secretRef are read with a grant the cluster admin
+// gives per namespace (a RoleBinding): the chart grants no Secret access
+// cluster-wide (docs/gitops.md, "Permissions").
+//
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Git is what the controller needs from a git client; internal/git

@@ -154,6 +154,9 @@ func (r *Reconciler) credentials(ctx context.Context, repo *gitopsv1alpha1.GitRe
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("secret %s not found (spec.secretRef)", key)
 		}
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("the manager may not read secret %s (spec.secretRef): grant its service account get on secrets in namespace %s (docs/gitops.md, Permissions)", key, key.Namespace)
+		}
 		return nil, fmt.Errorf("reading secret %s: %w", key, err)
 	}
 	return git.Credentials(sec.Data), nil

@@ -61,12 +61,20 @@ func (r *Reconciler) applyAll(ctx context.Context, s *scope, c client.Client, ob
 		}
 	}
 	if len(first) > 0 {
+		if err := r.writeAheadInventory(ctx, s, first); err != nil {
+			return err
+		}
 		if err := r.applyStage(ctx, s, c, first); err != nil {
 			return err
 		}
 		if err := r.waitEstablished(ctx, c, first); err != nil {
 			return err
 		}
+	}
+	// Written after the CRDs are established: the scope (and so the
+	// namespace) of their kinds is known now.
+	if err := r.writeAheadInventory(ctx, s, rest); err != nil {
+		return err
 	}
 	return r.applyStage(ctx, s, c, rest)
 }
@@ -108,12 +116,7 @@ func (r *Reconciler) applyStage(ctx context.Context, s *scope, c client.Client, 
 func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, desired *unstructured.Unstructured) error {
 	sy := s.sync
 	u := desired.DeepCopy()
-	if u.GetNamespace() == "" && sy.Spec.TargetNamespace != "" {
-		if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
-			m.Scope.Name() == meta.RESTScopeNameNamespace {
-			u.SetNamespace(sy.Spec.TargetNamespace)
-		}
-	}
+	u.SetNamespace(r.namespaceOf(sy, u))
 	ref := refOf(u)
 	k := keyOf(ref)
 	hash := hashObject(u)
@@ -203,6 +206,19 @@ func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, de
 	s.st.set(k, record{hash: hash, rv: out.GetResourceVersion()})
 	s.changes.add(result, ref)
 	return nil
+}
+
+// namespaceOf is the namespace an object is applied in: its own, else
+// spec.targetNamespace for a namespaced kind.
+func (r *Reconciler) namespaceOf(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) string {
+	if ns := u.GetNamespace(); ns != "" || sy.Spec.TargetNamespace == "" || isClusterScopedWellKnown(u) {
+		return ns
+	}
+	if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
+		m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return sy.Spec.TargetNamespace
+	}
+	return ""
 }
 
 func inInventory(sy *gitopsv1alpha1.Sync, k objKey) bool {

@@ -47,16 +47,19 @@ const (
 	dependsOnIndex = "spec.dependsOn.sync"
 )
 
-// The Sync controller applies whatever git holds, so, like Flux's
-// kustomize-controller, it may write any kind; restrict it per Sync with
-// serviceAccountName (impersonation).
+// The manager's ClusterRole (generated from these markers) grants only what
+// the controller needs for its own kinds. What Syncs apply is whatever git
+// holds, so the permission to write those kinds is the cluster admin's
+// decision, not the chart's: bind a role to the manager's service account,
+// or grant it `impersonate` on the service accounts Syncs name in
+// serviceAccountName (docs/gitops.md, "Permissions"). The chart never ships
+// wildcard or impersonation rules.
 //
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories,verbs=get;list;watch
-// +kubebuilder:rbac:groups=*,resources=*,verbs=*
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler reconciles Syncs.
@@ -164,7 +167,15 @@ func requests(list *gitopsv1alpha1.SyncList) []reconcile.Request {
 // Reconcile applies one Sync.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	sy := &gitopsv1alpha1.Sync{}
-	// Read past the cache: the status (inventory, last revision, drift
+	// The cache holds only this manager's shard: a drift event can name a
+	// Sync of another shard, which is not ours to reconcile.
+	if err := r.Get(ctx, req.NamespacedName, sy); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Then read past the cache: the status (inventory, last revision, drift
 	// count) written by the previous run must be seen by this one.
 	if err := r.APIReader.Get(ctx, req.NamespacedName, sy); err != nil {
 		if apierrors.IsNotFound(err) {

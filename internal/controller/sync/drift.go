@@ -3,6 +3,8 @@ package sync
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	gosync "sync"
@@ -54,6 +56,7 @@ func newDriftWatcher(mgr ctrl.Manager, c controller.Controller) (*driftWatcher, 
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
 		DefaultLabelSelector: labels.NewSelector().Add(*req),
+		DefaultTransform:     compactManagedFields,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the drift cache: %w", err)
@@ -62,6 +65,24 @@ func newDriftWatcher(mgr ctrl.Manager, c controller.Controller) (*driftWatcher, 
 		return nil, err
 	}
 	return &driftWatcher{cache: ca, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}, nil
+}
+
+// compactManagedFields replaces each managedFields entry's field set with a
+// digest: the drift handler only compares them, and the sets are most of an
+// object's metadata (10,000 objects would otherwise cost tens of MiB).
+func compactManagedFields(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	m.Annotations = nil // not needed by lookups or the handler
+	for i := range m.ManagedFields {
+		if f := m.ManagedFields[i].FieldsV1; f != nil {
+			h := sha256.Sum256(f.GetRawBytes())
+			m.ManagedFields[i].FieldsV1 = metav1.NewFieldsV1(`"` + hex.EncodeToString(h[:8]) + `"`)
+		}
+	}
+	return m, nil
 }
 
 // ensure starts watching the kinds of refs not yet watched.

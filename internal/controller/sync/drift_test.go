@@ -5,8 +5,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -41,6 +43,18 @@ func TestDriftIsCorrectedAndAttributed(t *testing.T) {
 		g.Expect(d.Action).To(Equal("Corrected"))
 		g.Expect(d.FieldManagers).To(ContainElement("intruder"))
 		g.Expect(d.Fields).To(ContainElement(".data.key"))
+	}).Should(Succeed())
+
+	// Metrics (the manager runs in this process) and an Event say the same.
+	g.Expect(driftCount(g, ns, "app", "Corrected")).To(BeNumerically(">=", 1))
+	testenv.Eventually(g, func(g Gomega) {
+		evs := &eventsv1.EventList{}
+		g.Expect(env.Client.List(t.Context(), evs, client.InNamespace(ns))).To(Succeed())
+		var reasons []string
+		for _, e := range evs.Items {
+			reasons = append(reasons, e.Reason)
+		}
+		g.Expect(reasons).To(ContainElements("ApplySucceeded", "DriftDetected"))
 	}).Should(Succeed())
 
 	g.Expect(env.Client.Delete(t.Context(), cm)).To(Succeed())
@@ -81,6 +95,8 @@ func TestDriftIsOnlyReported(t *testing.T) {
 		g.Expect(s.Status.Drift.Objects[0].Action).To(Equal("Reported"))
 		g.Expect(s.Status.Drift.Objects[0].FieldManagers).To(ContainElement("intruder"))
 	}).Should(Succeed())
+	g.Expect(driftCount(g, ns, "app", "Reported")).To(BeNumerically(">=", 1))
+	g.Expect(driftCount(g, ns, "app", "Corrected")).To(BeZero())
 	// Another reconcile still leaves it.
 	requestReconcile(t, sy)
 	g.Consistently(func(g Gomega) {
@@ -88,4 +104,25 @@ func TestDriftIsOnlyReported(t *testing.T) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(cm), got)).To(Succeed())
 		g.Expect(got.Data["key"]).To(Equal("edited"))
 	}).WithTimeout(2e9).Should(Succeed())
+}
+
+// driftCount reads converge_sync_drift_total from the in-process registry.
+func driftCount(g Gomega, ns, name, action string) float64 {
+	mfs, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, mf := range mfs {
+		if mf.GetName() != "converge_sync_drift_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["namespace"] == ns && l["name"] == name && l["action"] == action {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -50,12 +50,7 @@ func (r *Reconciler) checkHealth(ctx context.Context, s *scope, c client.Client,
 		}
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(d.GroupVersionKind())
-		key := client.ObjectKeyFromObject(d)
-		if key.Namespace == "" && sy.Spec.TargetNamespace != "" && !isClusterScopedWellKnown(d) {
-			if m, err := r.Mapper.RESTMapping(d.GroupVersionKind().GroupKind(), d.GroupVersionKind().Version); err == nil && m.Scope.Name() == "namespace" {
-				key.Namespace = sy.Spec.TargetNamespace
-			}
-		}
+		key := client.ObjectKey{Namespace: r.namespaceOf(sy, d), Name: d.GetName()}
 		if err := c.Get(ctx, key, live); err != nil {
 			if apierrors.IsNotFound(err) {
 				pending = append(pending, refString(refOf(d))+" (not found)")

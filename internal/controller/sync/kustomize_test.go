@@ -31,6 +31,12 @@ func TestKustomizeOverGitDaemon(t *testing.T) {
 	g.Expect(env.Client.Create(t.Context(), newSync(ns, "app", "kust", "overlays/dev", true))).To(Succeed())
 	s := waitApplied(t, g, ns, "app", h)
 	g.Expect(inventoryNames(s)).To(ConsistOf("ConfigMap/dev-cfg", "CustomResourceDefinition/widgets.test.converge.dev", "Widget/dev-w"))
+	for _, ref := range s.Status.Inventory {
+		if ref.Kind == "Widget" {
+			// Its CRD came in the same revision: targetNamespace applies.
+			g.Expect(ref.Namespace).To(Equal(ns))
+		}
+	}
 	cm, err := getCM(t, ns, "dev-cfg")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cm.Labels).To(HaveKeyWithValue("env", "dev"))

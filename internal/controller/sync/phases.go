@@ -147,17 +147,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, reconcile.TerminalError(errors.New("empty render"))
 	}
 
-	// Apply, recording every object in the inventory before it is written,
-	// so a crash mid-apply never loses track of one.
-	if err := r.writeAheadInventory(ctx, s, objs); err != nil {
-		return ctrl.Result{}, err
-	}
+	// Apply (applyAll records every object in the inventory before it is
+	// written, so a crash mid-apply never loses track of one).
 	actx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
 	applyErr := r.applyAll(actx, s, c, objs)
+	// After the apply: kinds whose CRD came in this revision now map, so
+	// their namespace is known.
 	desired := make([]gitopsv1alpha1.ObjectRef, 0, len(objs))
 	for _, u := range objs {
-		desired = append(desired, refOf(u))
+		ref := refOf(u)
+		ref.Namespace = r.namespaceOf(sy, u)
+		desired = append(desired, ref)
 	}
 	if applyErr != nil {
 		// Keep every object known before and every desired one: nothing is
@@ -295,8 +296,10 @@ func (r *Reconciler) writeAheadInventory(ctx context.Context, s *scope, objs []*
 	}
 	var missing []gitopsv1alpha1.ObjectRef
 	for _, u := range objs {
-		if !have[keyOf(refOf(u))] {
-			missing = append(missing, refOf(u))
+		ref := refOf(u)
+		ref.Namespace = r.namespaceOf(sy, u)
+		if !have[keyOf(ref)] {
+			missing = append(missing, ref)
 		}
 	}
 	if len(missing) == 0 {
@@ -304,6 +307,10 @@ func (r *Reconciler) writeAheadInventory(ctx context.Context, s *scope, objs []*
 	}
 	base := sy.DeepCopy()
 	sy.Status.Inventory = union(sy.Status.Inventory, missing)
+	// Say what is going on while a large revision is applied.
+	meta.SetStatusCondition(&sy.Status.Conditions, metav1.Condition{Type: gitopsv1alpha1.ReconcilingCondition,
+		Status: metav1.ConditionTrue, Reason: gitopsv1alpha1.ProgressingReason, ObservedGeneration: sy.Generation,
+		Message: fmt.Sprintf("applying revision %s (%d new objects)", s.revision, len(missing))})
 	if err := r.Status().Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("recording the inventory before applying: %w", err)
 	}

@@ -40,7 +40,9 @@ const SecretAnnotation = "gitops.converge.dev/webhook-secret"
 const FieldManager = "converge-receiver"
 
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+//
+// The token Secret is read with the per-namespace grant the GitRepository
+// controller needs for secretRef (docs/gitops.md, "Permissions").
 
 // maxBody bounds a webhook payload.
 const maxBody = 1 << 20

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ func Render(root, path string) ([]*unstructured.Unstructured, error) {
 }
 
 func kustomize(root, dir string) ([]*unstructured.Unstructured, error) {
+	if err := checkConfined(root, dir); err != nil {
+		return nil, err
+	}
 	opts := krusty.MakeDefaultOptions()
 	opts.PluginConfig = types.DisabledPluginConfig()
 	// Bases elsewhere in the repository (../base) are allowed; the artifact
@@ -260,4 +264,89 @@ func relocate(msg string, docLine int) string {
 		return fmt.Sprintf("document at line %d: %s", docLine, msg)
 	}
 	return msg
+}
+
+// checkConfined refuses what would let a kustomize build of dir read
+// outside the revision: a resource, component or base (followed through the
+// kustomizations it reaches) that is not a path inside the repository
+// (kustomize would fetch a remote base with a git binary), or a symlink
+// pointing out of the repository.
+func checkConfined(root, dir string) error {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return err
+	}
+	r, err := os.OpenRoot(realRoot)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	inside := func(p string) (string, error) {
+		rel, _ := filepath.Rel(root, p)
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", filepath.ToSlash(rel), err)
+		}
+		t, err := filepath.Rel(realRoot, real)
+		if err != nil || t == ".." || strings.HasPrefix(t, ".."+string(filepath.Separator)) {
+			return "", fmt.Errorf("%s: symlink points outside the repository", filepath.ToSlash(rel))
+		}
+		return t, nil
+	}
+	seen := map[string]bool{}
+	var visit func(d string) error
+	visit = func(d string) error {
+		relDir, err := inside(d)
+		if err != nil || seen[relDir] {
+			return err
+		}
+		seen[relDir] = true
+		// Files a kustomization reads without naming them as resources
+		// (patches, generator sources) live beside it: no symlink out.
+		err = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if e.Type()&fs.ModeSymlink != 0 {
+				_, err = inside(p)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range kustomizationFiles {
+			b, err := r.ReadFile(filepath.Join(relDir, k))
+			if err != nil {
+				continue
+			}
+			var kz struct {
+				Resources  []string `json:"resources"`
+				Components []string `json:"components"`
+				Bases      []string `json:"bases"`
+			}
+			relK := filepath.ToSlash(filepath.Join(relDir, k))
+			if err := yaml.Unmarshal(b, &kz); err != nil {
+				return fmt.Errorf("%s: %w", relK, err)
+			}
+			for _, res := range slices.Concat(kz.Resources, kz.Components, kz.Bases) {
+				p := filepath.Join(d, filepath.FromSlash(res))
+				fi, err := os.Stat(p)
+				if err != nil {
+					return fmt.Errorf("%s: %q is not a file or directory of the repository (remote bases are not allowed)", relK, res)
+				}
+				if _, err := inside(p); err != nil {
+					return err
+				}
+				if fi.IsDir() {
+					if err := visit(p); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		return nil
+	}
+	return visit(dir)
 }

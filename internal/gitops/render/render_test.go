@@ -80,6 +80,8 @@ func TestKustomize(t *testing.T) {
 		"base/kustomization.yaml":    "resources:\n- cm.yaml\n",
 		"overlay/kustomization.yaml": "resources:\n- ../base\nnamePrefix: dev-\nlabels:\n- pairs:\n    env: dev\n",
 		"broken/kustomization.yaml":  "resources:\n- missing.yaml\n",
+		"bad/kustomization.yaml":     "resources:\n- cm.yaml\n",
+		"bad/cm.yaml":                "kind: [\n",
 	})
 	objs, err := Render(root, "overlay")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -88,8 +90,24 @@ func TestKustomize(t *testing.T) {
 	g.Expect(objs[0].GetLabels()).To(HaveKeyWithValue("env", "dev"))
 
 	_, err = Render(root, "broken")
-	g.Expect(err).To(MatchError(ContainSubstring("kustomize build broken")))
-	g.Expect(err).To(MatchError(ContainSubstring("missing.yaml")))
+	g.Expect(err).To(MatchError(ContainSubstring(`broken/kustomization.yaml: "missing.yaml" is not a file or directory of the repository`)))
+	_, err = Render(root, "bad")
+	g.Expect(err).To(MatchError(ContainSubstring("kustomize build bad")))
+}
+
+func TestKustomizeStaysInTheRepository(t *testing.T) {
+	g := NewWithT(t)
+	remote, root := t.TempDir(), t.TempDir()
+	write(t, remote, map[string]string{"remote/kustomization.yaml": "resources:\n- github.com/org/repo//deploy?ref=main\n"})
+	write(t, root, map[string]string{"escape/kustomization.yaml": "resources:\n- secret.yaml\n"})
+	outside := filepath.Join(t.TempDir(), "secret.yaml")
+	g.Expect(os.WriteFile(outside, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"), 0o644)).To(Succeed())
+	g.Expect(os.Symlink(outside, filepath.Join(root, "escape", "secret.yaml"))).To(Succeed())
+
+	_, err := Render(remote, "remote")
+	g.Expect(err).To(MatchError(ContainSubstring("remote bases are not allowed")))
+	_, err = Render(root, "escape")
+	g.Expect(err).To(MatchError(ContainSubstring("escape/secret.yaml: symlink points outside the repository")))
 }
 
 func FuzzDecode(f *testing.F) {
