@@ -136,15 +136,15 @@ type BasicDeploymentStatus struct {
 
 	// updatedReplicas is the number of Pods of the current template.
 	// +optional
-	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 
 	// readyReplicas is the number of Ready Pods.
 	// +optional
-	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	ReadyReplicas int32 `json:"readyReplicas"`
 
 	// availableReplicas is the number of Pods Ready for minReadySeconds.
 	// +optional
-	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+	AvailableReplicas int32 `json:"availableReplicas"`
 
 	// unavailableReplicas is the Pods wanted by every BasicReplicaSet
 	// (the sum of their spec.replicas) minus availableReplicas, at least 0.

@@ -34,16 +34,16 @@ type BasicReplicaSetSpec struct {
 type BasicReplicaSetStatus struct {
 	// replicas is the number of Pods owned that are not being deleted.
 	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
+	Replicas int32 `json:"replicas"`
 
 	// readyReplicas is the number of owned Pods with a Ready condition.
 	// +optional
-	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	ReadyReplicas int32 `json:"readyReplicas"`
 
 	// availableReplicas is the number of owned Pods Ready for at least
 	// minReadySeconds.
 	// +optional
-	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+	AvailableReplicas int32 `json:"availableReplicas"`
 
 	// terminatingReplicas is the number of owned Pods being deleted that
 	// have not yet stopped (not Succeeded or Failed). A Recreate rollout
