@@ -31,6 +31,7 @@ func TestControllerNames(t *testing.T) {
 
 func TestSelectControllers(t *testing.T) {
 	all := ControllerNames()
+	allButBRS := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == "basicreplicaset" })
 	cases := []struct {
 		name    string
 		spec    []string
@@ -41,8 +42,8 @@ func TestSelectControllers(t *testing.T) {
 		{name: "empty means all", spec: []string{}, want: all},
 		{name: "star", spec: []string{"*"}, want: all},
 		{name: "star with spaces", spec: []string{" * "}, want: all},
-		{name: "star minus one", spec: []string{"*", "-basicreplicaset"}, want: nil},
-		{name: "minus one then star", spec: []string{"-basicreplicaset", "*"}, want: nil},
+		{name: "star minus one", spec: []string{"*", "-basicreplicaset"}, want: allButBRS},
+		{name: "minus one then star", spec: []string{"-basicreplicaset", "*"}, want: allButBRS},
 		{name: "one by name", spec: []string{"basicreplicaset"}, want: []string{"basicreplicaset"}},
 		{name: "only a disable", spec: []string{"-basicreplicaset"}, want: nil},
 		{name: "unknown name", spec: []string{"nosuchcontroller"},
