@@ -188,11 +188,25 @@ func (r *Reconciler) blocked(ctx context.Context, d *sqlv1alpha1.Database, b *ba
 
 // setCondition sets this controller's condition on the Database's status,
 // with an optimistic lock so the Database controller's conditions survive.
+// On a conflict (the Database controller wrote meanwhile) it re-reads the
+// Database and sets the condition again.
 func (r *Reconciler) setCondition(ctx context.Context, d *sqlv1alpha1.Database, status metav1.ConditionStatus, reason, msg string) error {
-	base := d.DeepCopy()
-	meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{Type: backupv1alpha1.BackupBeforeDeleteCondition, Status: status,
-		Reason: reason, Message: truncate(msg), ObservedGeneration: d.Generation})
-	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	cond := metav1.Condition{Type: backupv1alpha1.BackupBeforeDeleteCondition, Status: status,
+		Reason: reason, Message: truncate(msg), ObservedGeneration: d.Generation}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+		}
+		base := d.DeepCopy()
+		meta.SetStatusCondition(&d.Status.Conditions, cond)
+		err = r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+		if !apierrors.IsConflict(err) {
+			break
+		}
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching the Database status: %w", err)
 	}
