@@ -220,3 +220,24 @@ func driftCount(t *testing.T, kind string) float64 {
 	}
 	return 0
 }
+
+// TestDeletingANeverProvisionedDatabase: a Database whose instance never
+// existed goes away on delete, even with deletionPolicy Delete.
+func TestDeletingANeverProvisionedDatabase(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	d := newDatabase(ns, "orphan", "PostgresInstance", "nowhere")
+	d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
+	g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)).To(Succeed())
+		g.Expect(d.Finalizers).To(ContainElement(sqlv1alpha1.DatabaseFinalizer))
+		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).NotTo(BeNil())
+	}).Should(Succeed())
+	g.Expect(env.Client.Delete(t.Context(), d)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "still there: %v", err)
+	}).Should(Succeed())
+}
