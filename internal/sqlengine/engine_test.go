@@ -3,6 +3,7 @@ package sqlengine_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/converge-dev/converge/internal/sqlengine"
@@ -12,6 +13,11 @@ import (
 var pg, maria *sqltest.Server
 
 func TestMain(m *testing.M) {
+	for _, a := range os.Args {
+		if strings.HasPrefix(a, "-test.fuzz") {
+			os.Exit(m.Run()) // fuzzing needs no servers, and runs one process per worker
+		}
+	}
 	os.Exit(sqltest.Main(m.Run, &pg, &maria))
 }
 

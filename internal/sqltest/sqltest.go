@@ -43,8 +43,9 @@ type Server struct {
 	// Dir holds the data directory, socket and log.
 	Dir string
 
-	cmd  *exec.Cmd
-	done chan error
+	cmd     *exec.Cmd
+	done    chan error
+	exitErr error
 }
 
 // Admin returns the admin connection configuration.
@@ -88,12 +89,13 @@ func (s *Server) Stop() error {
 		return nil
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	// A server stopped by a signal exits non-zero; the status is kept, not
+	// reported.
 	select {
-	case err := <-s.done:
-		_ = err // a server stopped by SIGTERM exits non-zero; nothing to report
+	case s.exitErr = <-s.done:
 	case <-time.After(20 * time.Second):
 		_ = s.cmd.Process.Kill()
-		_ = <-s.done
+		s.exitErr = <-s.done
 	}
 	s.cmd = nil
 	return os.RemoveAll(s.Dir)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -253,9 +254,9 @@ var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCon
 
 // patchStatus writes the status with an optimistic lock, so conditions other
 // controllers set are never overwritten from a stale copy. On a conflict it
-// re-reads the object and re-applies this run's status (owned conditions
-// win), so an observation, and a drift correction in particular, is never
-// lost to a concurrent write.
+// re-reads the object and re-applies only what this run changed (owned
+// conditions win), so neither this run's observation (a drift correction in
+// particular) nor a newer write by an earlier run is lost.
 func (r *Reconciler) patchStatus(ctx context.Context, d, base *sqlv1alpha1.Database) error {
 	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
 	for attempt := 0; attempt < 5 && apierrors.IsConflict(err); attempt++ {
@@ -264,21 +265,42 @@ func (r *Reconciler) patchStatus(ctx context.Context, d, base *sqlv1alpha1.Datab
 			return err
 		}
 		freshBase := fresh.DeepCopy()
-		conds := d.Status.Conditions
-		fresh.Status, fresh.Status.Conditions = d.Status, freshBase.Status.Conditions
-		for _, c := range conds {
-			if slices.Contains(ownedConditions, c.Type) {
-				meta.SetStatusCondition(&fresh.Status.Conditions, c)
-			}
-		}
-		for _, t := range ownedConditions {
-			if meta.FindStatusCondition(conds, t) == nil {
-				meta.RemoveStatusCondition(&fresh.Status.Conditions, t)
-			}
-		}
+		reapplyStatus(&fresh.Status, &base.Status, &d.Status)
 		err = r.Status().Patch(ctx, fresh, client.MergeFromWithOptions(freshBase, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
 	}
 	return err
+}
+
+// reapplyStatus applies to fresh the changes from base to ours.
+func reapplyStatus(fresh, base, ours *sqlv1alpha1.DatabaseStatus) {
+	if ours.Engine != base.Engine {
+		fresh.Engine = ours.Engine
+	}
+	if ours.DatabaseName != base.DatabaseName || ours.Owner != base.Owner {
+		fresh.DatabaseName, fresh.Owner = ours.DatabaseName, ours.Owner
+	}
+	if !equality.Semantic.DeepEqual(ours.AtProvider, base.AtProvider) {
+		fresh.AtProvider = ours.AtProvider
+	}
+	if !equality.Semantic.DeepEqual(ours.LastDriftCorrected, base.LastDriftCorrected) {
+		fresh.LastDriftCorrected = ours.LastDriftCorrected
+	}
+	fresh.DriftCorrections += ours.DriftCorrections - base.DriftCorrections
+	if ours.RestoredFrom != base.RestoredFrom {
+		fresh.RestoredFrom = ours.RestoredFrom
+	}
+	if ours.ObservedGeneration != base.ObservedGeneration {
+		fresh.ObservedGeneration = ours.ObservedGeneration
+	}
+	for _, t := range ownedConditions {
+		c, was := meta.FindStatusCondition(ours.Conditions, t), meta.FindStatusCondition(base.Conditions, t)
+		switch {
+		case c == nil && was != nil:
+			meta.RemoveStatusCondition(&fresh.Conditions, t)
+		case c != nil && !equality.Semantic.DeepEqual(c, was):
+			meta.SetStatusCondition(&fresh.Conditions, *c)
+		}
+	}
 }
 
 // Reconcile provisions, observes or deletes one Database.

@@ -125,8 +125,11 @@ func TestDriftIsCorrected(t *testing.T) {
 			ns := env.NewNamespace(t)
 			createInstance(t, e, ns, "server", 0)
 			d := newDatabase(ns, "drift-"+e.name, e.kind, "server")
-			d.Spec.DatabaseName = "drift_db"
-			d.Spec.Owner = "drift_owner"
+			// Unique per run: -count=N reuses the servers.
+			dbName := "drift_" + strings.ReplaceAll(ns[len(ns)-5:], "-", "_")
+			owner := dbName + "_o"
+			d.Spec.DatabaseName, d.Spec.Owner = dbName, owner
+			d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
 			g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
 			waitReady(t, d)
 			expectCorrection := func(kind string, msg string) {
@@ -144,13 +147,13 @@ func TestDriftIsCorrected(t *testing.T) {
 			// 1. Dropped out of band.
 			before := count(sqlv1alpha1.DriftDatabaseRecreated)
 			if e.name == "postgres" {
-				e.srv.Exec(t, "", `DROP DATABASE drift_db WITH (FORCE)`)
+				e.srv.Exec(t, "", `DROP DATABASE "`+dbName+`" WITH (FORCE)`)
 			} else {
-				e.srv.Exec(t, "", "DROP DATABASE drift_db")
+				e.srv.Exec(t, "", "DROP DATABASE `"+dbName+"`")
 			}
 			requestReconcile(t, d)
 			expectCorrection(sqlv1alpha1.DriftDatabaseRecreated, "recreated empty; no DatabaseBackup of it exists")
-			g.Expect(dbExists(t, e.srv, "drift_db")).To(BeTrue())
+			g.Expect(dbExists(t, e.srv, dbName)).To(BeTrue())
 			synced := meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.SyncedCondition)
 			if synced.Reason == sqlv1alpha1.DriftCorrectedReason { // until the next observation
 				g.Expect(synced.Message).To(ContainSubstring("recreated empty"))
@@ -171,9 +174,9 @@ func TestDriftIsCorrected(t *testing.T) {
 			// 2. Password changed out of band.
 			sec := connectionSecret(t, d)
 			if e.name == "postgres" {
-				e.srv.Exec(t, "", `ALTER ROLE drift_owner PASSWORD 'changed'`)
+				e.srv.Exec(t, "", `ALTER ROLE "`+owner+`" PASSWORD 'changed'`)
 			} else {
-				e.srv.Exec(t, "", "ALTER USER 'drift_owner'@'%' IDENTIFIED BY 'changed'")
+				e.srv.Exec(t, "", "ALTER USER '"+owner+"'@'%' IDENTIFIED BY 'changed'")
 			}
 			requestReconcile(t, d)
 			expectCorrection(sqlv1alpha1.DriftPasswordReset, "the password was reset")
@@ -181,9 +184,9 @@ func TestDriftIsCorrected(t *testing.T) {
 
 			// 3. Privileges revoked.
 			if e.name == "postgres" {
-				e.srv.Exec(t, "", `REVOKE ALL ON DATABASE drift_db FROM PUBLIC, drift_owner`)
+				e.srv.Exec(t, "", `REVOKE ALL ON DATABASE "`+dbName+`" FROM PUBLIC, "`+owner+`"`)
 			} else {
-				e.srv.Exec(t, "", "REVOKE ALL PRIVILEGES ON `drift\\_db`.* FROM 'drift_owner'@'%'")
+				e.srv.Exec(t, "", "REVOKE ALL PRIVILEGES ON `"+strings.ReplaceAll(dbName, "_", "\\_")+"`.* FROM '"+owner+"'@'%'")
 			}
 			requestReconcile(t, d)
 			expectCorrection(sqlv1alpha1.DriftPrivilegesGranted, "granted again")
@@ -216,4 +219,25 @@ func driftCount(t *testing.T, kind string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestDeletingANeverProvisionedDatabase: a Database whose instance never
+// existed goes away on delete, even with deletionPolicy Delete.
+func TestDeletingANeverProvisionedDatabase(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	d := newDatabase(ns, "orphan", "PostgresInstance", "nowhere")
+	d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
+	g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)).To(Succeed())
+		g.Expect(d.Finalizers).To(ContainElement(sqlv1alpha1.DatabaseFinalizer))
+		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).NotTo(BeNil())
+	}).Should(Succeed())
+	g.Expect(env.Client.Delete(t.Context(), d)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "still there: %v", err)
+	}).Should(Succeed())
 }

@@ -46,6 +46,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, r.removeFinalizer(ctx, d)
 	}
 	t, res, err := r.resolveTarget(ctx, s)
+	if t == nil && !s.wasProvisioned {
+		// Never observed on the server (for example an instanceRef that
+		// never resolved): there is nothing of ours to drop, and waiting for
+		// an instance that may never come would block the deletion forever.
+		ctrl.LoggerFrom(ctx).Info("Releasing a Database that was never provisioned", "reason", s.reason)
+		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, "NothingToDrop", "Delete",
+			"Database %q was never provisioned (%s); nothing is dropped", dbName, s.message)
+		s.deletingReason, s.deletingMessage = "NothingToDrop", "never provisioned: nothing to drop"
+		return ctrl.Result{}, r.removeFinalizer(ctx, d)
+	}
 	if t == nil {
 		// Never drop blindly and never leave without dropping: the
 		// finalizer stays until the server can be reached.

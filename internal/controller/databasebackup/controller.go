@@ -77,6 +77,7 @@ type Reconciler struct {
 	// beforeRelease runs after the DatabaseBackup is recorded and before the
 	// finalizer is removed; tests use it to kill the manager there.
 	beforeRelease func(ctx context.Context) error
+	apiReader     client.Reader
 }
 
 // SetupWithManager registers the controller.
@@ -85,6 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("the backup-before-delete controller needs a backup directory (--backup-dir)")
 	}
 	r.Client = mgr.GetClient()
+	r.apiReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	if r.Dump == nil {
 		r.Dump = sqlengine.Dump

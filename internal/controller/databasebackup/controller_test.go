@@ -206,3 +206,22 @@ func TestManagerKilledBetweenDumpAndDrop(t *testing.T) {
 
 	g.Expect(restoreInto(t, e, ns, "ledger-restored", "ledger_restored", first.Name)).To(Equal(want), "no data lost")
 }
+
+// TestNeverProvisionedDatabaseIsNotHeldUp: nothing to back up and nothing
+// to drop when the instance never existed; the deletion completes.
+func TestNeverProvisionedDatabaseIsNotHeldUp(t *testing.T) {
+	testenv.Need(t, env)
+	startBackupController(t, backupDir)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	d := newDatabase(ns, "phantom", "phantom", engineCase{name: "postgres", kind: "PostgresInstance"})
+	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
+		g.Expect(d.Finalizers).To(ContainElements(backupv1alpha1.BeforeDeleteFinalizer, sqlv1alpha1.DatabaseFinalizer))
+	}).Should(Succeed())
+	g.Expect(env.Client.Delete(ctx, d)).To(Succeed())
+	waitGone(t, d)
+	g.Expect(hasEvent(t, ns, backupv1alpha1.DatabaseGoneReason, "never provisioned")).To(BeTrue())
+}

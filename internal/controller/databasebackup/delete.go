@@ -102,13 +102,19 @@ func (r *Reconciler) verify(b *backupv1alpha1.DatabaseBackup) error {
 // dump takes the dump and records it; on success it releases the finalizer.
 func (r *Reconciler) dump(ctx context.Context, d *sqlv1alpha1.Database, b *backupv1alpha1.DatabaseBackup) (ctrl.Result, error) {
 	cfg, version, found, err := r.connection(ctx, d)
-	if err != nil {
+	neverProvisioned := !d.Status.AtProvider.Exists && d.Status.AtProvider.ObservedTime == nil
+	if err != nil && !neverProvisioned {
 		return ctrl.Result{}, r.blocked(ctx, d, b, "InstanceUnavailable", err)
 	}
+	// A Database never observed on its server, whose server cannot be
+	// reached either, has nothing to back up; it must not block forever.
 	if !found {
 		// Nothing on the server to lose: the database never existed or is
 		// already gone.
 		msg := fmt.Sprintf("database %q does not exist on the server; there is nothing to back up", cfg.Database)
+		if err != nil {
+			msg = fmt.Sprintf("database %q was never provisioned and its server cannot be reached (%v); there is nothing to back up", cfg.Database, err)
+		}
 		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, backupv1alpha1.DatabaseGoneReason, "Backup", "%s", msg)
 		if err := r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 			st.Phase = backupv1alpha1.BackupFailed
@@ -188,11 +194,25 @@ func (r *Reconciler) blocked(ctx context.Context, d *sqlv1alpha1.Database, b *ba
 
 // setCondition sets this controller's condition on the Database's status,
 // with an optimistic lock so the Database controller's conditions survive.
+// On a conflict (the Database controller wrote meanwhile) it re-reads the
+// Database and sets the condition again.
 func (r *Reconciler) setCondition(ctx context.Context, d *sqlv1alpha1.Database, status metav1.ConditionStatus, reason, msg string) error {
-	base := d.DeepCopy()
-	meta.SetStatusCondition(&d.Status.Conditions, metav1.Condition{Type: backupv1alpha1.BackupBeforeDeleteCondition, Status: status,
-		Reason: reason, Message: truncate(msg), ObservedGeneration: d.Generation})
-	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	cond := metav1.Condition{Type: backupv1alpha1.BackupBeforeDeleteCondition, Status: status,
+		Reason: reason, Message: truncate(msg), ObservedGeneration: d.Generation}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+		}
+		base := d.DeepCopy()
+		meta.SetStatusCondition(&d.Status.Conditions, cond)
+		err = r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+		if !apierrors.IsConflict(err) {
+			break
+		}
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching the Database status: %w", err)
 	}
