@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
-# The Converge manager image: a static binary on distroless, running as
-# non-root. Build with `make docker-build` (VERSION is stamped into the binary).
+# The Converge manager image: a static binary on Debian slim with the
+# database clients the backup-before-delete controller runs (pg_dump and psql
+# 15, mariadb-dump and mariadb), running as non-root. Build with
+# `make docker-build` (VERSION is stamped into the binary).
 
 FROM golang:1.26 AS builder
 ARG VERSION=dev
@@ -17,7 +19,12 @@ RUN CGO_ENABLED=0 go build -trimpath \
     -ldflags "-s -w -X github.com/converge-dev/converge/internal/version.Version=${VERSION}" \
     -o /converge ./cmd/converge
 
-FROM gcr.io/distroless/static:nonroot
+# pg_dump must be at least the server's major version: Debian 12 ships 15.
+# For newer servers, add the PostgreSQL (PGDG) repository and its client.
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends postgresql-client-15 mariadb-client ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /converge /converge
 USER 65532:65532
 ENTRYPOINT ["/converge"]
