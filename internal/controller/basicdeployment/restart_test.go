@@ -2,7 +2,6 @@ package basicdeployment_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -18,44 +17,21 @@ import (
 
 // startShardManager runs a second manager, with every controller, that
 // serves only the objects labelled with shard (the suite's manager ignores
-// them). The returned stop cancels it abruptly: reconciles in flight are
-// cut off mid-request and every in-memory expectation is lost, as when the
-// process is killed.
+// them). Its stop cancels it abruptly, with a 1 ms grace period: reconciles
+// in flight are cut off mid-request and every in-memory expectation is
+// lost, as when the process is killed.
 func startShardManager(t *testing.T, shard string) (stop func()) {
 	t.Helper()
-	o := setup.DefaultOptions()
-	o.ShardKey = shard
-	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
-	o.Webhook.Disabled = true // the suite's manager serves admission
-	o.SkipControllerNameValidation = true
-	o.GracefulShutdownTimeout = time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	cv, err := setup.New(ctx, env.Config, o)
-	if err != nil {
-		cancel()
-		t.Fatalf("building the shard manager: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cv.Manager.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			// A 1 ms grace period is the point: runnables are cut off.
-			if err != nil && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "grace period") {
-				t.Errorf("shard manager: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("shard manager did not stop")
+	stopMgr := env.StartManager(t, func(o *setup.Options) {
+		o.ShardKey = shard
+		o.GracefulShutdownTimeout = time.Millisecond
+	})
+	return func() {
+		// A 1 ms grace period is the point: runnables are cut off.
+		if err := stopMgr(); err != nil && !strings.Contains(err.Error(), "grace period") {
+			t.Errorf("shard manager: %v", err)
 		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // TestManagerKilledMidScale scales a BasicDeployment from 0 to 200 and

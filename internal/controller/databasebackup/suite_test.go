@@ -49,18 +49,10 @@ func TestMain(m *testing.M) {
 // through setup, with dir as the backup store, until the test ends.
 func startBackupController(t *testing.T, dir string) {
 	t.Helper()
-	o := setup.DefaultOptions()
-	o.Controllers = []string{databasebackup.ControllerName}
-	o.BackupDir = dir
-	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
-	o.Webhook.Disabled = true
-	o.SkipControllerNameValidation = true
-	o.GracefulShutdownTimeout = 5 * time.Second
-	cv, err := setup.New(t.Context(), env.Config, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, cv.Manager)
+	env.StartManager(t, func(o *setup.Options) {
+		o.Controllers = []string{databasebackup.ControllerName}
+		o.BackupDir = dir
+	})
 }
 
 // startHookedBackupController runs the controller with a hook between the

@@ -1,7 +1,6 @@
 package sync_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -20,35 +19,17 @@ import (
 // cancels it and waits until it has stopped.
 func startShardManager(t *testing.T, key string) (stop func()) {
 	t.Helper()
-	o := setup.DefaultOptions()
-	o.Controllers = []string{"gitrepository", "sync"}
-	o.ShardKey = key
-	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
-	o.Webhook.Disabled = true
-	o.SkipControllerNameValidation = true
-	o.GracefulShutdownTimeout = 10 * time.Second
-	o.GitOps.CacheDir = t.TempDir()
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	c, err := setup.New(ctx, env.Config, o)
-	if err != nil {
-		cancel()
-		t.Fatalf("building the shard manager: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Manager.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+	stopMgr := env.StartManager(t, func(o *setup.Options) {
+		o.Controllers = []string{"gitrepository", "sync"}
+		o.ShardKey = key
+		o.GracefulShutdownTimeout = 10 * time.Second
+		o.GitOps.CacheDir = t.TempDir()
+	})
+	return func() {
+		if err := stopMgr(); err != nil {
 			t.Logf("shard manager stopped with: %v", err)
 		}
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // TestRestartMidApplyConverges: the manager is killed while applying 60

@@ -1,0 +1,52 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/converge-dev/converge/internal/setup"
+)
+
+// StartManager runs one more manager against the environment, built by
+// setup as `converge run` builds it: metrics, probes and webhooks off (the
+// suite's manager serves admission), 5 s graceful shutdown. adjust picks its
+// controllers, shard key and the like; give it a ShardKey so that it does not
+// compete with the suite's manager. The returned stop cancels it abruptly,
+// waits until it has stopped and returns its error (nil when it stopped
+// because of the cancel); it also runs at the end of the test.
+func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (stop func() error) {
+	t.Helper()
+	o := setup.DefaultOptions()
+	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
+	o.Webhook.Disabled = true
+	o.SkipControllerNameValidation = true
+	o.GracefulShutdownTimeout = 5 * time.Second
+	if adjust != nil {
+		adjust(&o)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	cv, err := setup.New(ctx, e.Config, o)
+	if err != nil {
+		cancel()
+		t.Fatalf("building a manager: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cv.Manager.Start(ctx) }()
+	var stopped bool
+	var result error
+	stop = func() error {
+		if stopped {
+			return result
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			result = err
+		}
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
