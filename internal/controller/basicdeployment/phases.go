@@ -126,10 +126,10 @@ func (r *Reconciler) patchOwner(ctx context.Context, rs *workloadsv1alpha1.Basic
 // oldest, if several are) and the others.
 func splitNewOld(d *workloadsv1alpha1.BasicDeployment, all []*workloadsv1alpha1.BasicReplicaSet) (*workloadsv1alpha1.BasicReplicaSet, []*workloadsv1alpha1.BasicReplicaSet) {
 	var newRS *workloadsv1alpha1.BasicReplicaSet
-	for _, rs := range byCreation(all) {
-		if equalIgnoreHash(&rs.Spec.Template, &d.Spec.Template) {
+	for _, rs := range all {
+		if equalIgnoreHash(&rs.Spec.Template, &d.Spec.Template) &&
+			(newRS == nil || rs.CreationTimestamp.Before(&newRS.CreationTimestamp)) {
 			newRS = rs
-			break
 		}
 	}
 	var old []*workloadsv1alpha1.BasicReplicaSet
@@ -139,16 +139,6 @@ func splitNewOld(d *workloadsv1alpha1.BasicDeployment, all []*workloadsv1alpha1.
 		}
 	}
 	return newRS, old
-}
-
-func byCreation(rss []*workloadsv1alpha1.BasicReplicaSet) []*workloadsv1alpha1.BasicReplicaSet {
-	out := append([]*workloadsv1alpha1.BasicReplicaSet(nil), rss...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].CreationTimestamp.Before(&out[j-1].CreationTimestamp); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 // isScalingEvent reports whether spec.replicas changed since the active
