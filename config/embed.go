@@ -6,7 +6,9 @@ package config
 
 import "embed"
 
-// Manifests holds crd/bases/*.yaml and webhook/manifests.yaml.
+// Manifests holds crd/bases/*.yaml, webhook/manifests.yaml and
+// rbac/tenant_roles.yaml (the ClusterRoles a tenant is bound to in its
+// namespace).
 //
-//go:embed crd/bases/*.yaml webhook/manifests.yaml
+//go:embed crd/bases/*.yaml webhook/manifests.yaml rbac/tenant_roles.yaml
 var Manifests embed.FS
