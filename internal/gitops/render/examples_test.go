@@ -11,7 +11,7 @@ import (
 // renderable.
 func TestExamplesRender(t *testing.T) {
 	g := NewWithT(t)
-	objs, err := Render(filepath.Join("..", "..", ".."), "examples/quick-tour")
+	objs, err := Render(t.Context(), filepath.Join("..", "..", ".."), "examples/quick-tour", Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	var kinds []string
 	for _, o := range objs {

@@ -7,63 +7,166 @@ package render
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
+	pathpkg "path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
 // ErrPathNotFound is returned when the path does not exist in the artifact.
 var ErrPathNotFound = errors.New("path not found")
 
+// ErrLimitExceeded is wrapped by the errors of a render that exceeded one of
+// its Options: too many objects, a file too large, or too long.
+var ErrLimitExceeded = errors.New("limit exceeded")
+
+// LimitError is a bound a render (or a fetch) exceeded; it wraps
+// ErrLimitExceeded.
+type LimitError struct {
+	// What was measured ("objects rendered", "file a.yaml size").
+	What string
+	// Limit is the bound and Value what was found (at least).
+	Limit, Value int64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s %d exceeds the limit of %d", e.What, e.Value, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, ErrLimitExceeded) true.
+func (e *LimitError) Unwrap() error { return ErrLimitExceeded }
+
+// Defaults of Options.
+const (
+	DefaultMaxManifests       = 10000
+	DefaultMaxFileSize  int64 = 16 << 20
+	DefaultTimeout            = 2 * time.Minute
+)
+
+// Options bound a render; zero fields take the defaults.
+type Options struct {
+	// MaxManifests bounds the number of objects a render returns.
+	MaxManifests int
+	// MaxFileSize bounds the size of each file a render reads.
+	MaxFileSize int64
+	// Timeout bounds the time of a render.
+	Timeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxManifests <= 0 {
+		o.MaxManifests = DefaultMaxManifests
+	}
+	if o.MaxFileSize <= 0 {
+		o.MaxFileSize = DefaultMaxFileSize
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return o
+}
+
 var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
 
 // Render renders root/path. The objects are in a stable order (files
-// sorted, documents in file order; kustomize's own order).
-func Render(root, path string) ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(root, filepath.FromSlash(path))
-	rel, err := filepath.Rel(root, dir)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return nil, fmt.Errorf("path %q is outside the repository", path)
+// sorted, documents in file order; kustomize's own order). Every file is
+// read through a ConfinedFS on root, nothing is fetched: a read outside
+// root or of a URL fails with ErrRefused, a render beyond o with
+// ErrLimitExceeded.
+func Render(ctx context.Context, root, path string, o Options) ([]*unstructured.Unstructured, error) {
+	o = o.withDefaults()
+	rctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	type result struct {
+		objs []*unstructured.Unstructured
+		err  error
 	}
-	fi, err := os.Stat(dir)
+	// kustomize takes no context: the build runs aside and its file system
+	// fails every call once rctx is done, so it stops soon after.
+	done := make(chan result, 1)
+	go func() {
+		objs, err := renderConfined(rctx, root, path, o)
+		done <- result{objs, err}
+	}()
+	timeout := func() error {
+		return fmt.Errorf("%w: the render did not finish within %s", ErrLimitExceeded, o.Timeout)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil && ctx.Err() == nil && errors.Is(r.err, context.DeadlineExceeded) {
+			return nil, timeout()
+		}
+		return r.objs, r.err
+	case <-rctx.Done():
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, timeout()
+	}
+}
+
+func renderConfined(ctx context.Context, root, path string, o Options) ([]*unstructured.Unstructured, error) {
+	cfs, err := NewConfinedFS(ctx, root, o.MaxFileSize)
+	if err != nil {
+		return nil, err
+	}
+	defer cfs.Close()
+	if filepath.IsAbs(path) || !filepath.IsLocal(filepath.Clean(filepath.FromSlash(path))) && filepath.Clean(path) != "." {
+		return nil, &RefusedError{File: path, Reason: "the path is outside the repository"}
+	}
+	dir, err := cfs.Resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := cfs.root.Stat(dir)
 	if err != nil || !fi.IsDir() {
+		if err := cfs.wrap(dir, err); errors.Is(err, ErrRefused) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %q does not exist in the revision (or is not a directory)", ErrPathNotFound, path)
 	}
 	for _, k := range kustomizationFiles {
-		if _, err := os.Stat(filepath.Join(dir, k)); err == nil {
-			return kustomize(root, dir)
+		if fi, err := cfs.root.Lstat(joinRel(dir, k)); err == nil && !fi.IsDir() {
+			return kustomize(cfs, dir, o)
 		}
 	}
-	return plain(root, dir)
+	return plain(ctx, cfs, dir, o)
 }
 
-func kustomize(root, dir string) ([]*unstructured.Unstructured, error) {
-	if err := checkConfined(root, dir); err != nil {
+// joinRel joins root-relative slash paths.
+func joinRel(elem ...string) string { return pathpkg.Join(elem...) }
+
+func kustomize(cfs *ConfinedFS, dir string, o Options) ([]*unstructured.Unstructured, error) {
+	if err := scan(cfs, dir); err != nil {
 		return nil, err
 	}
 	opts := krusty.MakeDefaultOptions()
 	opts.PluginConfig = types.DisabledPluginConfig()
-	// Bases elsewhere in the repository (../base) are allowed; the artifact
-	// holds nothing but the repository.
+	// Bases elsewhere in the repository (../base) are allowed: the
+	// confined file system stops every read at the artifact root.
 	opts.LoadRestrictions = types.LoadRestrictionsNone
 	k := krusty.MakeKustomizer(opts)
-	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	rm, err := k.Run(cfs, cfs.abs(dir))
 	if err != nil {
-		rel, _ := filepath.Rel(root, dir)
-		return nil, fmt.Errorf("kustomize build %s: %s", filepath.ToSlash(rel), strings.ReplaceAll(err.Error(), root+string(filepath.Separator), ""))
+		if f := cfs.Failure(); f != nil {
+			return nil, fmt.Errorf("kustomize build %s: %w", dir, f)
+		}
+		return nil, fmt.Errorf("kustomize build %s: %s", dir, strings.ReplaceAll(err.Error(), cfs.Dir()+string(filepath.Separator), ""))
+	}
+	if n := rm.Size(); n > o.MaxManifests {
+		return nil, &LimitError{What: "objects rendered", Limit: int64(o.MaxManifests), Value: int64(n)}
 	}
 	var out []*unstructured.Unstructured
 	for _, res := range rm.Resources() {
@@ -85,10 +188,16 @@ func kustomize(root, dir string) ([]*unstructured.Unstructured, error) {
 	return out, dedupe(out)
 }
 
-func plain(root, dir string) ([]*unstructured.Unstructured, error) {
+// plain reads every manifest below dir through the root. Symlinks are
+// followed inside the repository only; one that leaves it is refused (a
+// link to a directory is checked, not descended).
+func plain(ctx context.Context, cfs *ConfinedFS, dir string, o Options) ([]*unstructured.Unstructured, error) {
 	var files []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(cfs.root.FS(), dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return cfs.wrap(p, err)
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if p != dir && strings.HasPrefix(d.Name(), ".") {
@@ -97,30 +206,47 @@ func plain(root, dir string) ([]*unstructured.Unstructured, error) {
 			}
 			return nil
 		}
-		if d.Type().IsRegular() {
-			switch strings.ToLower(filepath.Ext(p)) {
-			case ".yaml", ".yml", ".json":
+		isManifest := false
+		switch strings.ToLower(pathpkg.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+			isManifest = true
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := cfs.Resolve(p)
+			if err != nil {
+				return err
+			}
+			fi, err := cfs.root.Stat(target)
+			if err != nil {
+				return cfs.wrap(p, err)
+			}
+			if isManifest && fi.Mode().IsRegular() {
 				files = append(files, p)
 			}
+		case d.Type().IsRegular() && isManifest:
+			files = append(files, p)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, cfs.note(err)
 	}
 	sort.Strings(files)
 	var out []*unstructured.Unstructured
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := cfs.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
-		rel, _ := filepath.Rel(root, f)
-		objs, err := Decode(filepath.ToSlash(rel), b)
+		objs, err := Decode(f, b)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, objs...)
+		if len(out) > o.MaxManifests {
+			return nil, &LimitError{What: "objects rendered", Limit: int64(o.MaxManifests), Value: int64(len(out))}
+		}
 	}
 	return out, dedupe(out)
 }
@@ -266,87 +392,3 @@ func relocate(msg string, docLine int) string {
 	return msg
 }
 
-// checkConfined refuses what would let a kustomize build of dir read
-// outside the revision: a resource, component or base (followed through the
-// kustomizations it reaches) that is not a path inside the repository
-// (kustomize would fetch a remote base with a git binary), or a symlink
-// pointing out of the repository.
-func checkConfined(root, dir string) error {
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return err
-	}
-	r, err := os.OpenRoot(realRoot)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	inside := func(p string) (string, error) {
-		rel, _ := filepath.Rel(root, p)
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", filepath.ToSlash(rel), err)
-		}
-		t, err := filepath.Rel(realRoot, real)
-		if err != nil || t == ".." || strings.HasPrefix(t, ".."+string(filepath.Separator)) {
-			return "", fmt.Errorf("%s: symlink points outside the repository", filepath.ToSlash(rel))
-		}
-		return t, nil
-	}
-	seen := map[string]bool{}
-	var visit func(d string) error
-	visit = func(d string) error {
-		relDir, err := inside(d)
-		if err != nil || seen[relDir] {
-			return err
-		}
-		seen[relDir] = true
-		// Files a kustomization reads without naming them as resources
-		// (patches, generator sources) live beside it: no symlink out.
-		err = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if e.Type()&fs.ModeSymlink != 0 {
-				_, err = inside(p)
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range kustomizationFiles {
-			b, err := r.ReadFile(filepath.Join(relDir, k))
-			if err != nil {
-				continue
-			}
-			var kz struct {
-				Resources  []string `json:"resources"`
-				Components []string `json:"components"`
-				Bases      []string `json:"bases"`
-			}
-			relK := filepath.ToSlash(filepath.Join(relDir, k))
-			if err := yaml.Unmarshal(b, &kz); err != nil {
-				return fmt.Errorf("%s: %w", relK, err)
-			}
-			for _, res := range slices.Concat(kz.Resources, kz.Components, kz.Bases) {
-				p := filepath.Join(d, filepath.FromSlash(res))
-				fi, err := os.Stat(p)
-				if err != nil {
-					return fmt.Errorf("%s: %q is not a file or directory of the repository (remote bases are not allowed)", relK, res)
-				}
-				if _, err := inside(p); err != nil {
-					return err
-				}
-				if fi.IsDir() {
-					if err := visit(p); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}
-		return nil
-	}
-	return visit(dir)
-}
