@@ -162,13 +162,13 @@ func (c *ConfinedFS) Resolve(p string) (string, error) {
 		todo = nil
 	}
 	links := 0
+	lastLink := ""
 	leaves := func() error {
 		if lastLink != "" {
 			return &RefusedError{File: rel, Reason: "the symlink " + lastLink + " leaves the repository"}
 		}
 		return &RefusedError{File: rel, Reason: "the path leaves the repository"}
 	}
-	lastLink := ""
 	for len(todo) > 0 {
 		el := todo[0]
 		todo = todo[1:]
