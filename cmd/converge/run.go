@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/converge-dev/converge/internal/git"
+	"github.com/converge-dev/converge/internal/gitops/render"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/version"
 )
@@ -77,6 +79,13 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringVar(&o.GitOps.CacheDir, "gitops-cache-dir", "", "directory of fetched git revisions (default: a new temporary directory)")
 	f.BoolVar(&o.GitOps.AllowCrossNamespaceRefs, "gitops-allow-cross-namespace-refs", false, "let a Sync use a GitRepository of another namespace")
 	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account Syncs impersonate when they name none (default: the manager's identity)")
+	o.GitOps.MaxFetchSize, o.GitOps.MaxArtifactSize = git.DefaultMaxFetchSize, git.DefaultMaxArtifactSize
+	o.GitOps.MaxManifests, o.GitOps.MaxFileSize, o.GitOps.RenderTimeout = render.DefaultMaxManifests, render.DefaultMaxFileSize, render.DefaultTimeout
+	f.Var(sizeFlag{&o.GitOps.MaxFetchSize}, "gitops-max-fetch-size", "bytes one git fetch may receive; beyond, the GitRepository is Stalled (ArtifactTooLarge)")
+	f.Var(sizeFlag{&o.GitOps.MaxArtifactSize}, "gitops-max-artifact-size", "total size of the files of one revision, checked before any is written; beyond, the GitRepository is Stalled (ArtifactTooLarge)")
+	f.Var(sizeFlag{&o.GitOps.MaxFileSize}, "gitops-max-file-size", "size of each file a render reads; beyond, the Sync is Stalled (RenderLimitExceeded)")
+	f.IntVar(&o.GitOps.MaxManifests, "gitops-max-manifests", o.GitOps.MaxManifests, "objects one Sync may render; beyond, the Sync is Stalled (RenderLimitExceeded)")
+	f.DurationVar(&o.GitOps.RenderTimeout, "gitops-render-timeout", o.GitOps.RenderTimeout, "time one render may take; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,12 +17,17 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/go-git/go-billy/v5/osfs"
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 )
 
@@ -71,8 +77,15 @@ type Commit struct {
 	Time    time.Time
 }
 
-// Client fetches from git servers.
-type Client struct{}
+// Client fetches from git servers. The zero value uses the default limits.
+type Client struct {
+	// MaxFetchSize bounds the bytes a fetch writes (packs and indexes);
+	// 0 is DefaultMaxFetchSize.
+	MaxFetchSize int64
+	// MaxArtifactSize bounds the size of a checkout's files; 0 is
+	// DefaultMaxArtifactSize.
+	MaxArtifactSize int64
+}
 
 // auth builds the go-git auth method from the Secret's keys: username and
 // password (basic), bearerToken, or identity (+ known_hosts) for ssh. The
@@ -230,50 +243,143 @@ func (Client) Resolve(ctx context.Context, url string, ref Ref, creds Credential
 	}
 }
 
-// Checkout clones the resolved commit into dir (which must be empty) and
-// removes the .git directory. Branches and tags are cloned with depth 1; a
-// commit is cloned with its branch's history (servers rarely allow fetching
-// an arbitrary commit) and then checked out.
-func (Client) Checkout(ctx context.Context, url string, r Resolved, creds Credentials, dir string) (Commit, error) {
+// Checkout fetches the resolved commit into dir (which must be empty) and
+// writes its files there, without .git. Branches and tags are fetched with
+// depth 1; a commit is fetched with its branch's history (servers rarely
+// allow fetching an arbitrary commit). The fetch writes at most
+// MaxFetchSize bytes; the commit's files are summed from the tree (blob
+// sizes are known without reading a blob) and refused before any is written
+// when they exceed MaxArtifactSize. Directories are created 0700, files
+// 0600, through an os.Root on dir.
+func (c Client) Checkout(ctx context.Context, url string, r Resolved, creds Credentials, dir string) (Commit, error) {
 	am, cleanup, err := auth(url, creds)
 	defer cleanup()
 	if err != nil {
 		return Commit{}, err
 	}
-	opts := &gogit.CloneOptions{URL: url, Auth: am, Tags: gogit.NoTags, ReferenceName: r.refName, SingleBranch: r.refName != ""}
+	gitDir := filepath.Join(dir, ".git")
+	if err := os.Mkdir(gitDir, 0o700); err != nil {
+		return Commit{}, fmt.Errorf("creating the git directory: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(gitDir) }()
+	lfs := newLimitFS(osfs.New(gitDir, osfs.WithBoundOS()), c.maxFetch())
+	// Objects larger than 1 MiB are streamed from the pack, never held.
+	st := filesystem.NewStorageWithOptions(lfs, cache.NewObjectLRU(16*cache.MiByte),
+		filesystem.Options{LargeObjectThreshold: 1 << 20})
+	opts := &gogit.CloneOptions{URL: url, Auth: am, Tags: gogit.NoTags, ReferenceName: r.refName,
+		SingleBranch: r.refName != "", NoCheckout: true}
 	if !r.commit {
 		opts.Depth = 1
 	}
-	repo, err := gogit.PlainCloneContext(ctx, dir, false, opts)
+	repo, err := gogit.CloneContext(ctx, st, nil, opts)
 	if err != nil {
+		if lfs.exceeded() {
+			return Commit{}, &SizeError{What: "fetch", Limit: lfs.limit, Value: lfs.written.Load()}
+		}
 		return Commit{}, fmt.Errorf("cloning: %w", classify(err))
 	}
-	head, err := repo.Head()
-	if err != nil {
-		return Commit{}, fmt.Errorf("reading HEAD: %w", err)
-	}
-	h := head.Hash()
-	if r.Hash != "" && h.String() != r.Hash {
-		wt, err := repo.Worktree()
+	h := plumbing.NewHash(r.Hash)
+	if r.Hash == "" {
+		head, err := repo.Head()
 		if err != nil {
-			return Commit{}, err
+			return Commit{}, fmt.Errorf("reading HEAD: %w", err)
 		}
-		if err := wt.Checkout(&gogit.CheckoutOptions{Hash: plumbing.NewHash(r.Hash), Force: true}); err != nil {
-			return Commit{}, fmt.Errorf("checking out %s: %w", r.Hash, classify(err))
-		}
-		h = plumbing.NewHash(r.Hash)
+		h = head.Hash()
 	}
-	c, err := repo.CommitObject(h)
+	co, err := repo.CommitObject(h)
 	if err != nil {
 		return Commit{}, fmt.Errorf("reading commit %s: %w", h, classify(err))
 	}
-	if err := os.RemoveAll(filepath.Join(dir, ".git")); err != nil {
+	if err := c.writeTree(ctx, co, dir); err != nil {
 		return Commit{}, err
 	}
 	return Commit{
-		Hash:    c.Hash.String(),
-		Message: strings.TrimSpace(c.Message),
-		Author:  fmt.Sprintf("%s <%s>", c.Author.Name, c.Author.Email),
-		Time:    c.Author.When,
+		Hash:    co.Hash.String(),
+		Message: strings.TrimSpace(co.Message),
+		Author:  fmt.Sprintf("%s <%s>", co.Author.Name, co.Author.Email),
+		Time:    co.Author.When,
 	}, nil
+}
+
+// maxSymlinkTarget bounds a symlink's target (PATH_MAX).
+const maxSymlinkTarget = 4096
+
+// writeTree writes the files of co into dir: sizes first, then content.
+func (c Client) writeTree(ctx context.Context, co *object.Commit, dir string) error {
+	tree, err := co.Tree()
+	if err != nil {
+		return fmt.Errorf("reading the tree of %s: %w", co.Hash, err)
+	}
+	var total int64
+	err = tree.Files().ForEach(func(f *object.File) error {
+		total += f.Size
+		if total > c.maxArtifact() {
+			return &SizeError{What: "checkout of " + co.Hash.String() + " (at " + f.Name + ")", Limit: c.maxArtifact(), Value: total}
+		}
+		return nil
+	})
+	if err != nil {
+		var se *SizeError
+		if errors.As(err, &se) {
+			return err
+		}
+		return fmt.Errorf("reading the tree of %s: %w", co.Hash, err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("opening the checkout directory: %w", err)
+	}
+	defer root.Close()
+	return tree.Files().ForEach(func(f *object.File) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		first, _, _ := strings.Cut(f.Name, "/")
+		if strings.EqualFold(first, ".git") {
+			return fmt.Errorf("the tree has a path %q inside .git", f.Name)
+		}
+		name := filepath.FromSlash(f.Name)
+		if d := filepath.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o700); err != nil {
+				return fmt.Errorf("writing %s: %w", f.Name, err)
+			}
+		}
+		if f.Mode == filemode.Symlink {
+			if f.Size > maxSymlinkTarget {
+				return fmt.Errorf("writing %s: symlink target of %d bytes", f.Name, f.Size)
+			}
+			target, err := f.Contents()
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", f.Name, err)
+			}
+			// The target is not checked here: renders refuse a link
+			// leaving the artifact when they meet it.
+			if err := root.Symlink(target, name); err != nil {
+				return fmt.Errorf("writing %s: %w", f.Name, err)
+			}
+			return nil
+		}
+		return writeBlob(root, name, f)
+	})
+}
+
+func writeBlob(root *os.Root, name string, f *object.File) error {
+	rd, err := f.Reader()
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", f.Name, err)
+	}
+	defer rd.Close()
+	out, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", f.Name, err)
+	}
+	// The size was counted from the tree: never write more.
+	_, err = io.Copy(out, io.LimitReader(rd, f.Size))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", f.Name, err)
+	}
+	return nil
 }

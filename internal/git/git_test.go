@@ -1,6 +1,7 @@
 package git_test
 
 import (
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -105,5 +106,58 @@ func TestTransportsAndRefs(t *testing.T) {
 		g.Expect(errors.Is(err, git.ErrAuth)).To(BeTrue(), "got %v", err)
 		_, _, _, err = checkout(t, httpURL+"app.git", git.Ref{Branch: "main"}, nil)
 		g.Expect(errors.Is(err, git.ErrAuth)).To(BeTrue(), "got %v", err)
+	})
+}
+
+// TestCheckoutLimitsAndModes: a checkout beyond the artifact limit writes
+// no file, a fetch beyond the fetch limit stops, and what is written is
+// private to the manager (0700 directories, 0600 files); symlinks stay
+// symlinks (renders confine them).
+func TestCheckoutLimitsAndModes(t *testing.T) {
+	s := gittest.NewServer(t)
+	repo := s.NewRepo(t, "limits")
+	noise := make([]byte, 64<<10)
+	_, _ = rand.Read(noise)
+	repo.Commit(t, "files", map[string]string{"a/b/c.yaml": "c: 1\n", "noise.bin": string(noise)})
+	if err := os.Symlink("../../other", filepath.Join(repo.Work(), "up")); err != nil {
+		t.Fatal(err)
+	}
+	repo.CommitWork(t, "symlink")
+	url := repo.FileURL()
+
+	t.Run("artifact limit", func(t *testing.T) {
+		g := NewWithT(t)
+		c := git.Client{MaxArtifactSize: 32 << 10}
+		r, err := c.Resolve(t.Context(), url, git.Ref{Branch: "main"}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		dir := t.TempDir()
+		_, err = c.Checkout(t.Context(), url, r, nil, dir)
+		g.Expect(errors.Is(err, git.ErrTooLarge)).To(BeTrue(), "%v", err)
+		g.Expect(err).To(MatchError(ContainSubstring("exceeds the limit of 32768 bytes")))
+		entries, _ := os.ReadDir(dir)
+		g.Expect(entries).To(BeEmpty(), "nothing is written before the sizes are checked")
+	})
+	t.Run("fetch limit", func(t *testing.T) {
+		g := NewWithT(t)
+		c := git.Client{MaxFetchSize: 16 << 10}
+		r, err := c.Resolve(t.Context(), url, git.Ref{Branch: "main"}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = c.Checkout(t.Context(), url, r, nil, t.TempDir())
+		g.Expect(errors.Is(err, git.ErrTooLarge)).To(BeTrue(), "%v", err)
+		g.Expect(err).To(MatchError(MatchRegexp(`fetch \d+ bytes exceeds the limit of 16384 bytes`)))
+	})
+	t.Run("modes", func(t *testing.T) {
+		g := NewWithT(t)
+		_, _, dir, err := checkout(t, url, git.Ref{Branch: "main"}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		for p, want := range map[string]os.FileMode{"a": 0o700 | os.ModeDir, "a/b": 0o700 | os.ModeDir, "a/b/c.yaml": 0o600, "noise.bin": 0o600} {
+			fi, err := os.Lstat(filepath.Join(dir, p))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(fi.Mode()).To(Equal(want), p)
+		}
+		target, err := os.Readlink(filepath.Join(dir, "up"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(target).To(Equal("../../other"))
+		g.Expect(filepath.Join(dir, ".git")).NotTo(BeAnExistingFile())
 	})
 }

@@ -31,6 +31,10 @@ const syncFieldManager = "converge-sync"
 type DiffOptions struct {
 	// Revision is a commit to diff instead of the GitRepository's ref.
 	Revision string
+	// Render bounds the render as the manager's flags do; zero fields
+	// take the defaults. The render is confined to the fetched revision,
+	// as in the manager: a workstation's files and network are never read.
+	Render render.Options
 }
 
 // Diff fetches the Sync's source (the GitRepository's ref, or
@@ -78,7 +82,7 @@ func Diff(ctx context.Context, c client.Client, out io.Writer, key types.Namespa
 	if _, err := gc.Checkout(ctx, repo.Spec.URL, resolved, creds, dir); err != nil {
 		return false, fmt.Errorf("fetching %s: %w", resolved.Revision(), err)
 	}
-	objs, err := render.Render(dir, sy.Spec.Path)
+	objs, err := render.Render(ctx, dir, sy.Spec.Path, opts.Render)
 	if err != nil {
 		return false, fmt.Errorf("revision %s: %w", resolved.Revision(), err)
 	}

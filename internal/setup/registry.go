@@ -13,7 +13,9 @@ import (
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
+	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
+	"github.com/converge-dev/converge/internal/gitops/render"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhooksql "github.com/converge-dev/converge/internal/webhook/sql"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
@@ -35,13 +37,21 @@ var controllers = []controller{
 		return (&basicreplicaset.Reconciler{}).SetupWithManager(mgr)
 	}},
 	{name: gitrepository.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&gitrepository.Reconciler{Store: artifact.Store{Dir: o.GitOps.CacheDir}}).SetupWithManager(mgr)
+		return (&gitrepository.Reconciler{
+			Store: artifact.Store{Dir: o.GitOps.CacheDir},
+			Git:   git.Client{MaxFetchSize: o.GitOps.MaxFetchSize, MaxArtifactSize: o.GitOps.MaxArtifactSize},
+		}).SetupWithManager(mgr)
 	}},
 	{name: syncctrl.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&syncctrl.Reconciler{
 			Store:                   artifact.Store{Dir: o.GitOps.CacheDir},
 			AllowCrossNamespaceRefs: o.GitOps.AllowCrossNamespaceRefs,
 			DefaultServiceAccount:   o.GitOps.DefaultServiceAccount,
+			Render: render.Options{
+				MaxManifests: o.GitOps.MaxManifests,
+				MaxFileSize:  o.GitOps.MaxFileSize,
+				Timeout:      o.GitOps.RenderTimeout,
+			},
 		}).SetupWithManager(mgr)
 	}},
 	{name: sqlinstance.PostgresControllerName, setup: func(mgr ctrl.Manager, o Options) error {

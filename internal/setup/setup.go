@@ -128,6 +128,20 @@ type GitOpsOptions struct {
 	// serviceAccountName; empty uses the manager's own identity (as Flux's
 	// --default-service-account).
 	DefaultServiceAccount string
+	// MaxFetchSize bounds the bytes one git fetch writes; 0 is
+	// git.DefaultMaxFetchSize (512 MiB).
+	MaxFetchSize int64
+	// MaxArtifactSize bounds the files of one revision, checked before any
+	// is written; 0 is git.DefaultMaxArtifactSize (100 MiB).
+	MaxArtifactSize int64
+	// MaxManifests bounds the objects one render returns; 0 is
+	// render.DefaultMaxManifests.
+	MaxManifests int
+	// MaxFileSize bounds each file a render reads; 0 is
+	// render.DefaultMaxFileSize.
+	MaxFileSize int64
+	// RenderTimeout bounds one render; 0 is render.DefaultTimeout.
+	RenderTimeout time.Duration
 }
 
 // WebhookOptions configure the webhook server and its certificate.

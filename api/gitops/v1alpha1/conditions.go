@@ -56,6 +56,20 @@ const (
 	// BuildFailedReason: rendering failed (invalid YAML, kustomize error);
 	// the message names the file and line.
 	BuildFailedReason = "BuildFailed"
+	// RenderRefusedReason: the render tried to read outside its artifact
+	// (an absolute path, a ".." escape, a symlink leaving the repository)
+	// or to use the network (a URL, a remote base); the message names the
+	// file and the field. Nothing is applied or pruned.
+	RenderRefusedReason = "RenderRefused"
+	// RenderLimitExceededReason: the render exceeded a bound of the manager
+	// (objects rendered, size of a file, render time); the message names
+	// the number and the limit. Nothing is applied or pruned.
+	RenderLimitExceededReason = "RenderLimitExceeded"
+	// ArtifactTooLargeReason (GitRepository): the fetch received more bytes
+	// than the manager's fetch limit, or the revision's files add up to
+	// more than its artifact limit (checked before any file is written);
+	// the message names the number and the limit.
+	ArtifactTooLargeReason = "ArtifactTooLarge"
 	// EmptyRenderReason: the path renders no object; nothing is applied and,
 	// to protect against a broken commit, nothing is pruned.
 	EmptyRenderReason = "EmptyRender"

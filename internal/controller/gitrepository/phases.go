@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,6 +90,14 @@ func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result,
 		r.Store.Has(repo.Namespace, repo.Name, a.Revision, a.Digest) {
 		return ctrl.Result{RequeueAfter: interval}, nil
 	}
+	// A revision found too large stays too large: not fetched again until
+	// the ref moves or the spec changes.
+	if c := meta.FindStatusCondition(repo.Status.Conditions, gitopsv1alpha1.StalledCondition); c != nil &&
+		c.Reason == gitopsv1alpha1.ArtifactTooLargeReason && c.ObservedGeneration == repo.Generation &&
+		strings.Contains(c.Message, resolved.Revision()) {
+		s.fail(c.Reason, true, "%s", c.Message)
+		return ctrl.Result{RequeueAfter: interval}, nil
+	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Fetching revision", "revision", resolved.Revision())
 	tmp, err := r.Store.TempDir(repo.Namespace, repo.Name)
 	if err != nil {
@@ -96,6 +105,10 @@ func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	commit, err := r.Git.Checkout(fctx, spec.URL, resolved, creds, tmp)
+	if errors.Is(err, git.ErrTooLarge) {
+		s.fail(gitopsv1alpha1.ArtifactTooLargeReason, true, "revision %s: %v (the manager's --gitops-max-fetch-size and --gitops-max-artifact-size)", resolved.Revision(), err)
+		return ctrl.Result{RequeueAfter: interval}, nil
+	}
 	if err != nil {
 		r.gitFailure(s, err)
 		return ctrl.Result{RequeueAfter: interval}, nil

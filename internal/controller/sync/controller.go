@@ -33,6 +33,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
+	"github.com/converge-dev/converge/internal/gitops/render"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -83,6 +84,9 @@ type Reconciler struct {
 	DefaultServiceAccount string
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
+	// Render bounds each render (objects, file size, time); zero fields
+	// take render's defaults.
+	Render render.Options
 
 	drift   *driftWatcher
 	mu      gosync.Mutex

@@ -132,11 +132,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	}
 
 	// Render.
-	objs, err := r.render(s, dir)
+	objs, err := r.render(ctx, s, dir)
 	if err != nil {
-		if errors.Is(err, render.ErrPathNotFound) {
+		switch {
+		case errors.Is(err, render.ErrPathNotFound):
 			s.fail(gitopsv1alpha1.PathNotFoundReason, true, "revision %s: %v", revision, err)
-		} else {
+		case errors.Is(err, render.ErrRefused):
+			s.fail(gitopsv1alpha1.RenderRefusedReason, true, "revision %s: %v", revision, err)
+		case errors.Is(err, render.ErrLimitExceeded):
+			s.fail(gitopsv1alpha1.RenderLimitExceededReason, true, "revision %s: %v", revision, err)
+		case ctx.Err() != nil:
+			return ctrl.Result{}, err
+		default:
 			s.fail(gitopsv1alpha1.BuildFailedReason, true, "revision %s: %v", revision, err)
 		}
 		return ctrl.Result{}, reconcile.TerminalError(err)
@@ -234,7 +241,7 @@ func (r *Reconciler) source(ctx context.Context, s *scope) (dir, revision string
 
 // render renders the artifact, reusing the last result while the revision,
 // path and spec are the same (drift corrections re-render nothing).
-func (r *Reconciler) render(s *scope, dir string) ([]*unstructured.Unstructured, error) {
+func (r *Reconciler) render(ctx context.Context, s *scope, dir string) ([]*unstructured.Unstructured, error) {
 	sy := s.sync
 	rk := fmt.Sprintf("%s|%s|%d", dir, sy.Spec.Path, sy.Generation)
 	s.st.mu.Lock()
@@ -244,7 +251,7 @@ func (r *Reconciler) render(s *scope, dir string) ([]*unstructured.Unstructured,
 		return objs, nil
 	}
 	s.st.mu.Unlock()
-	objs, err := render.Render(dir, sy.Spec.Path)
+	objs, err := render.Render(ctx, dir, sy.Spec.Path, r.Render)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,8 @@ func (s Store) Has(namespace, name, revision, digest string) bool {
 // system as the store so Put is an atomic rename.
 func (s Store) TempDir(namespace, name string) (string, error) {
 	d := s.repoDir(namespace, name)
-	if err := os.MkdirAll(d, 0o755); err != nil {
+	// Private to the manager: artifacts may hold a tenant's secrets.
+	if err := os.MkdirAll(d, 0o700); err != nil {
 		return "", fmt.Errorf("creating the artifact directory: %w", err)
 	}
 	return os.MkdirTemp(d, ".tmp-")

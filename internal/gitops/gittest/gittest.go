@@ -146,6 +146,17 @@ func (r *Repo) commitAndPush(t testing.TB, msg string) string {
 	return h
 }
 
+// Work is the repository's working tree, for content Commit cannot write
+// (symlinks, sparse files); commit it with CommitWork.
+func (r *Repo) Work() string { return r.work }
+
+// CommitWork commits everything in the working tree and pushes. It returns
+// the commit hash.
+func (r *Repo) CommitWork(t testing.TB, msg string) string {
+	t.Helper()
+	return r.commitAndPush(t, msg)
+}
+
 // FileURL is the repository's file:// URL.
 func (r *Repo) FileURL() string { return "file://" + r.Bare }
 
