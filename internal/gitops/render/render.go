@@ -391,4 +391,3 @@ func relocate(msg string, docLine int) string {
 	}
 	return msg
 }
-
