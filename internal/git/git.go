@@ -262,7 +262,7 @@ func (c Client) Checkout(ctx context.Context, url string, r Resolved, creds Cred
 		return Commit{}, fmt.Errorf("creating the git directory: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(gitDir) }()
-	lfs := newLimitFS(osfs.New(gitDir, osfs.WithBoundOS()), c.maxFetch())
+	lfs := newLimitFS(osfs.New(gitDir, osfs.WithBoundOS()), c.maxFetch(), c.maxArtifact())
 	// Objects larger than 1 MiB are streamed from the pack, never held.
 	st := filesystem.NewStorageWithOptions(lfs, cache.NewObjectLRU(16*cache.MiByte),
 		filesystem.Options{LargeObjectThreshold: 1 << 20})
@@ -273,8 +273,8 @@ func (c Client) Checkout(ctx context.Context, url string, r Resolved, creds Cred
 	}
 	repo, err := gogit.CloneContext(ctx, st, nil, opts)
 	if err != nil {
-		if lfs.exceeded() {
-			return Commit{}, &SizeError{What: "fetch", Limit: lfs.limit, Value: lfs.written.Load()}
+		if lerr := lfs.err(); lerr != nil {
+			return Commit{}, lerr
 		}
 		return Commit{}, fmt.Errorf("cloning: %w", classify(err))
 	}
@@ -314,7 +314,7 @@ func (c Client) writeTree(ctx context.Context, co *object.Commit, dir string) er
 	err = tree.Files().ForEach(func(f *object.File) error {
 		total += f.Size
 		if total > c.maxArtifact() {
-			return &SizeError{What: "checkout of " + co.Hash.String() + " (at " + f.Name + ")", Limit: c.maxArtifact(), Value: total}
+			return &SizeError{What: "the files of commit " + co.Hash.String() + " (at " + f.Name + ")", Limit: c.maxArtifact(), Value: total}
 		}
 		return nil
 	})

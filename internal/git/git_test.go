@@ -116,9 +116,13 @@ func TestTransportsAndRefs(t *testing.T) {
 func TestCheckoutLimitsAndModes(t *testing.T) {
 	s := gittest.NewServer(t)
 	repo := s.NewRepo(t, "limits")
-	noise := make([]byte, 64<<10)
-	_, _ = rand.Read(noise)
-	repo.Commit(t, "files", map[string]string{"a/b/c.yaml": "c: 1\n", "noise.bin": string(noise)})
+	files := map[string]string{"a/b/c.yaml": "c: 1\n"}
+	for _, n := range []string{"n1.bin", "n2.bin", "n3.bin"} {
+		noise := make([]byte, 16<<10)
+		_, _ = rand.Read(noise)
+		files[n] = string(noise)
+	}
+	repo.Commit(t, "files", files)
 	if err := os.Symlink("../../other", filepath.Join(repo.Work(), "up")); err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +131,26 @@ func TestCheckoutLimitsAndModes(t *testing.T) {
 
 	t.Run("artifact limit", func(t *testing.T) {
 		g := NewWithT(t)
-		c := git.Client{MaxArtifactSize: 32 << 10}
+		c := git.Client{MaxArtifactSize: 40000}
 		r, err := c.Resolve(t.Context(), url, git.Ref{Branch: "main"}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		dir := t.TempDir()
 		_, err = c.Checkout(t.Context(), url, r, nil, dir)
 		g.Expect(errors.Is(err, git.ErrTooLarge)).To(BeTrue(), "%v", err)
-		g.Expect(err).To(MatchError(ContainSubstring("exceeds the limit of 32768 bytes")))
+		g.Expect(err).To(MatchError(MatchRegexp(`the files of commit [0-9a-f]{40} \(at n\d\.bin\): \d+ bytes exceed the limit of 40000 bytes`)))
 		entries, _ := os.ReadDir(dir)
 		g.Expect(entries).To(BeEmpty(), "nothing is written before the sizes are checked")
+	})
+	t.Run("object limit", func(t *testing.T) {
+		g := NewWithT(t)
+		// Each object is scanned as the pack arrives: one larger than the
+		// artifact limit ends the fetch before go-git indexes it.
+		c := git.Client{MaxArtifactSize: 8 << 10}
+		r, err := c.Resolve(t.Context(), url, git.Ref{Branch: "main"}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = c.Checkout(t.Context(), url, r, nil, t.TempDir())
+		g.Expect(errors.Is(err, git.ErrTooLarge)).To(BeTrue(), "%v", err)
+		g.Expect(err).To(MatchError("an object (a file) of the fetch: 16384 bytes exceed the limit of 8192 bytes"))
 	})
 	t.Run("fetch limit", func(t *testing.T) {
 		g := NewWithT(t)
@@ -144,13 +159,13 @@ func TestCheckoutLimitsAndModes(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		_, err = c.Checkout(t.Context(), url, r, nil, t.TempDir())
 		g.Expect(errors.Is(err, git.ErrTooLarge)).To(BeTrue(), "%v", err)
-		g.Expect(err).To(MatchError(MatchRegexp(`fetch \d+ bytes exceeds the limit of 16384 bytes`)))
+		g.Expect(err).To(MatchError(MatchRegexp(`fetch: \d+ bytes exceed the limit of 16384 bytes`)))
 	})
 	t.Run("modes", func(t *testing.T) {
 		g := NewWithT(t)
 		_, _, dir, err := checkout(t, url, git.Ref{Branch: "main"}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
-		for p, want := range map[string]os.FileMode{"a": 0o700 | os.ModeDir, "a/b": 0o700 | os.ModeDir, "a/b/c.yaml": 0o600, "noise.bin": 0o600} {
+		for p, want := range map[string]os.FileMode{"a": 0o700 | os.ModeDir, "a/b": 0o700 | os.ModeDir, "a/b/c.yaml": 0o600, "n1.bin": 0o600} {
 			fi, err := os.Lstat(filepath.Join(dir, p))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(fi.Mode()).To(Equal(want), p)
