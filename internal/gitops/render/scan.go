@@ -114,7 +114,7 @@ func (s *scanner) kustomization(dir, kf string, b []byte) error {
 				add(fmt.Sprintf("%s[%d].files", field, i), kindFile, p)
 			}
 			add(fmt.Sprintf("%s[%d].envs", field, i), kindFile, g.EnvSources...)
-			add(fmt.Sprintf("%s[%d].env", field, i), kindFile, g.EnvSource) //nolint:staticcheck // deprecated, still loaded
+			add(fmt.Sprintf("%s[%d].env", field, i), kindFile, g.EnvSource)
 		}
 	}
 	cms := make([]types.GeneratorArgs, 0, len(k.ConfigMapGenerator))
@@ -127,7 +127,7 @@ func (s *scanner) kustomization(dir, kf string, b []byte) error {
 		secrets = append(secrets, g.GeneratorArgs)
 	}
 	gens("secretGenerator", secrets)
-	if len(k.HelmCharts) > 0 || k.HelmGlobals != nil || len(k.HelmChartInflationGenerator) > 0 { //nolint:staticcheck // deprecated
+	if len(k.HelmCharts) > 0 || k.HelmGlobals != nil || len(k.HelmChartInflationGenerator) > 0 {
 		return &RefusedError{File: kf, Field: "helmCharts", Value: "helm", Reason: "helm charts are not rendered (a render never runs helm or fetches a chart)"}
 	}
 	for _, e := range es {
@@ -266,7 +266,7 @@ func remote(v string) string {
 	if at := strings.Index(l, "@"); at > 0 && !strings.Contains(l[:at], "/") && strings.Contains(l[at:], ":") {
 		return "a remote git repository"
 	}
-	if strings.ContainsRune(l, ':') && !strings.Contains(l[:strings.Index(l, ":")], "/") {
+	if before, _, ok := strings.Cut(l, ":"); ok && !strings.Contains(before, "/") {
 		return "a URL"
 	}
 	return ""
