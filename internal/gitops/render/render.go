@@ -3,6 +3,11 @@
 // transformers only: no exec or Go plugins), else every .yaml, .yml and
 // .json file below it, recursively, with any number of documents each.
 // Errors name the file and, for invalid YAML, the line.
+//
+// Renders are confined to their artifact: every file is read through a
+// ConfinedFS (an os.Root on the artifact's directory), and a kustomization
+// is checked field by field before the build so that kustomize never
+// fetches a URL or clones a remote base. A render is bounded by Options.
 package render
 
 import (
