@@ -108,6 +108,7 @@ func TestKustomizeFieldsAreConfined(t *testing.T) {
 		{"git over http", "HTTP/repo.git//deploy?ref=main", "a URL"},
 		{"git::", "git::HTTP/repo.git", "a remote git repository"},
 		{"scp", "git@127.0.0.1:repo.git", "a remote git repository"},
+		{"user@host/path", "git@127.0.0.1/repo.git//deploy", "a remote git repository"},
 	}
 	for _, f := range fields {
 		for _, v := range values {

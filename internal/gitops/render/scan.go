@@ -262,8 +262,9 @@ func remote(v string) string {
 	if u, err := url.Parse(l); err == nil && u.Scheme != "" {
 		return "a URL"
 	}
-	// SCP-style user@host:path, as git and kustomize read it.
-	if at := strings.Index(l, "@"); at > 0 && !strings.Contains(l[:at], "/") && strings.Contains(l[at:], ":") {
+	// A user name before the first slash (user@host:path, user@host/path)
+	// makes kustomize read a git repository spec.
+	if at := strings.Index(l, "@"); at >= 0 && !strings.Contains(l[:at], "/") {
 		return "a remote git repository"
 	}
 	if before, _, ok := strings.Cut(l, ":"); ok && !strings.Contains(before, "/") {
