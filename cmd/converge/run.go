@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/converge-dev/converge/internal/setup"
@@ -63,8 +64,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "use a Lease so that one replica is active at a time")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the Pod's namespace)")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the Lease (the shard key is appended)")
-	f.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server (as kube-controller-manager's flag)")
-	f.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server (as kube-controller-manager's flag)")
+	addBudgetFlags(f, &o)
 	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
 	f.IntVar(&webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
 	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")
@@ -78,6 +78,16 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.BoolVar(&o.GitOps.AllowCrossNamespaceRefs, "gitops-allow-cross-namespace-refs", false, "let a Sync use a GitRepository of another namespace")
 	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account Syncs impersonate when they name none (default: the manager's identity)")
 	return cmd
+}
+
+// addBudgetFlags adds --kube-api-qps and --kube-api-burst: one client-side
+// budget per controller (docs/architecture.md, "API budgets").
+func addBudgetFlags(f *pflag.FlagSet, o *setup.Options) {
+	f.Var(setup.QPSFlag(&o.KubeAPIQPS), "kube-api-qps",
+		"client-side queries per second to the API server: N for every controller (and the manager's own clients), name=N for one; "+
+			"comma separated, repeatable; N < 0 turns the client-side limit off. Defaults (QPS/burst): "+setup.DefaultsHelp())
+	f.Var(setup.BurstFlag(&o.KubeAPIBurst), "kube-api-burst",
+		"client-side burst of queries to the API server: N for every controller, name=N for one (as --kube-api-qps)")
 }
 
 // podNamespace is the namespace the manager runs in (in-cluster), from the
