@@ -65,7 +65,7 @@ func TestControllersHaveTheirOwnBudget(t *testing.T) {
 	// controller derives them (rest.CopyConfig of its config).
 	imp := rest.CopyConfig(syncAPI.Config)
 	imp.Impersonate = rest.ImpersonationConfig{UserName: "budget-test", Groups: []string{"system:masters"}}
-	ic, err := client.New(imp, client.Options{Scheme: setup.Scheme()})
+	ic, err := client.New(imp, client.Options{Scheme: setup.Scheme(), Mapper: cv.Manager.GetRESTMapper()})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(get(ic)).To(Succeed())
 
@@ -100,7 +100,7 @@ func TestControllerUserAgentReachesTheAPIServer(t *testing.T) {
 	for name, api := range cv.APIs {
 		g.Expect(api.Config.UserAgent).To(HavePrefix("converge-" + name + "/"))
 		g.Expect(api.Budget).To(Equal(setup.DefaultBudget(name)))
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ua-" + name}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ua-" + name}, Data: map[string]string{"k": "v"}}
 		g.Expect(api.Client.Create(t.Context(), cm)).To(Succeed())
 		got := &corev1.ConfigMap{}
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(cm), got)).To(Succeed())
