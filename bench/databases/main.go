@@ -39,9 +39,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/sqlengine"
-	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/sqltest"
 	"github.com/converge-dev/converge/internal/testenv"
 )
