@@ -26,6 +26,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 			if err := setupLogging(g, os.Stderr); err != nil {
 				return err
 			}
+			memLimit := setMemoryLimit()
 			cfg, err := restConfig(g.kubeconfig)
 			if err != nil {
 				return err
@@ -46,7 +47,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 				return err
 			}
 			ctrl.Log.Info("Starting Converge manager", "version", version.Get(), "controllers", cv.Enabled,
-				"shardKey", o.ShardKey, "watchNamespaces", o.WatchNamespaces)
+				"shardKey", o.ShardKey, "watchNamespaces", o.WatchNamespaces, "goMemoryLimit", memLimit)
 			if err := cv.Manager.Start(ctx); err != nil {
 				return fmt.Errorf("manager: %w", err)
 			}
