@@ -247,7 +247,7 @@ func (b *bench) database() (time.Duration, error) {
 		err := b.c.Get(b.ctx, client.ObjectKeyFromObject(d), d)
 		return err == nil && meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition), err
 	}); err != nil {
-		return 0, fmt.Errorf("Database: %w", err)
+		return 0, fmt.Errorf("waiting for the Database to be Ready: %w", err)
 	}
 	return time.Since(start), nil
 }
@@ -286,7 +286,7 @@ func (b *bench) sync(url string, started func()) (time.Duration, error) {
 		err := b.c.Get(b.ctx, client.ObjectKeyFromObject(s), s)
 		return err == nil && meta.IsStatusConditionTrue(s.Status.Conditions, gitopsv1alpha1.ReadyCondition), err
 	}); err != nil {
-		return 0, fmt.Errorf("Sync: %w", err)
+		return 0, fmt.Errorf("waiting for the Sync to be Ready: %w", err)
 	}
 	return time.Since(start), nil
 }

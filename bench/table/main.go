@@ -210,5 +210,5 @@ func writeBaseline(path, readme string, cur []figure) error {
 	} else {
 		out = strings.TrimRight(readme, "\n") + "\n\n" + b.String() + "\n"
 	}
-	return os.WriteFile(path, []byte(out), 0o644)
+	return os.WriteFile(path, []byte(out), 0o644) //nolint:gosec // the path is the -baseline flag
 }
