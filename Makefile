@@ -72,7 +72,11 @@ test-unit: ## Run only the tests that need no control plane.
 	CONVERGE_SKIP_ENVTEST=1 go test -count=1 $(TESTFLAGS) $(PKG)
 
 .PHONY: bench
-bench: tools build ## Run the benchmarks and print their figures.
+bench: tools build ## Run every benchmark in turn (~15-25 min on 2 cores) and print one table compared with bench/README.md's baseline.
+	bench/all.sh
+
+.PHONY: bench-up
+bench-up: tools build ## Only the start-up, memory and envtest benchmark (bench/up.sh).
 	bench/up.sh
 
 ##@ Build dependencies

@@ -369,6 +369,12 @@ if ((orphans_total == 0)); then
 else
 	printf '%-27s %s\n' "orphans after stop" "$(printf '%s; ' "${R_ORPHANS[@]}")"
 fi
+# Machine-readable lines for bench/table (see bench/internal/benchout).
+echo "BENCH up.cold_start $(calc "${R_WALL[0]}" 2) s"
+((RUNS > 0)) && echo "BENCH up.warm_start_median $(median "${warm_wall[@]}") s"
+echo "BENCH up.stop_median $(median "${R_STOP[@]}") s"
+echo "BENCH up.idle_rss_tree_cold ${R_RSS[0]} MiB"
+[[ -n ${RSS_BY[cold/converge]:-} ]] && echo "BENCH up.idle_rss_manager_cold ${RSS_BY[cold/converge]} MiB"
 if ((ENVTEST_RUNS > 0)); then
 	sed 1d "$TMP/envtest.txt" | sed 's/^  //' | while IFS= read -r l; do printf '%s\n' "$l"; done
 	((ENVTEST_RC == 0)) || echo "bench/envtest FAILED (exit $ENVTEST_RC); see above"

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/internal/sqltest"
@@ -129,6 +130,8 @@ func run(ctx context.Context, n, rssN int, observe time.Duration) error {
 		float64(ctrlTime)/float64(floor), float64(ctrlTime)/float64(floorPar))
 	fmt.Printf("  out-of-band DROP DATABASE -> recreated: %v (observe interval %v; target <= interval + 1s)\n",
 		drift.Round(time.Millisecond), observe)
+	benchout.Ratio(fmt.Sprintf("databases.create_%d_ready_vs_floor", n), ctrlTime.Seconds(), "s", float64(ctrlTime)/float64(floor))
+	benchout.Line("databases.drop_recreated", float64(drift.Milliseconds()), "ms")
 
 	if rssN > n {
 		t, err := createAndWait(ctx, c, ns, n, rssN)
@@ -140,6 +143,9 @@ func run(ctx context.Context, n, rssN int, observe time.Duration) error {
 		fmt.Printf("  %d Databases to all Ready (created after the first %d were Ready): %v\n", rssN-n, n, t.Round(time.Millisecond))
 		fmt.Printf("  manager process RSS with %d Ready Databases, after two observe cycles: %s (peak %s)\n",
 			rssN, procStatus("VmRSS"), procStatus("VmHWM"))
+		if kb, err := strconv.ParseFloat(strings.Fields(procStatus("VmRSS") + " x")[0], 64); err == nil {
+			benchout.Line(fmt.Sprintf("databases.rss_%d_ready", rssN), kb/1024, "MiB")
+		}
 	}
 	return nil
 }

@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -91,6 +92,8 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	benchout.Line(fmt.Sprintf("gitops.floor_%d_objects_8_workers", len(objs)), conc.Seconds(), "s")
+	benchout.Ratio(fmt.Sprintf("gitops.sync_%d_objects", len(objs)), d1.Seconds(), "s", d1.Seconds()/conc.Seconds())
 	add(fmt.Sprintf("Sync, %d objects, create -> Ready", len(objs)), fmt.Sprintf("%s (%.2fx the concurrent floor, %.2fx the sequential one)",
 		d1.Round(time.Millisecond), d1.Seconds()/conc.Seconds(), d1.Seconds()/seq.Seconds()))
 
@@ -112,11 +115,15 @@ func main() {
 		fail(err)
 	}
 	add(fmt.Sprintf("%d Syncs x 10 objects, create -> all Ready", *nSyncs), d2.Round(time.Millisecond).String())
+	benchout.Line(fmt.Sprintf("gitops.syncs_%dx10", *nSyncs), d2.Seconds(), "s")
 
 	// (3) drift correction latency, on the big Sync's ConfigMaps.
 	step(fmt.Sprintf("%d out-of-band edits", *nEdits))
 	lat := b.drift(ns1, *nEdits)
 	add("drift: edit -> corrected", pcts(lat))
+	if len(lat) > 0 {
+		benchout.Line("gitops.drift_corrected_p50", float64(pct(lat, 0.5).Milliseconds()), "ms")
+	}
 
 	// (4) push webhook -> applied.
 	step(fmt.Sprintf("%d push webhooks", *nPushes))
@@ -125,6 +132,9 @@ func main() {
 		fail(err)
 	}
 	add("push webhook -> applied", pcts(plat))
+	if len(plat) > 0 {
+		benchout.Line("gitops.push_applied_p50", float64(pct(plat, 0.5).Milliseconds()), "ms")
+	}
 
 	// (5) RSS with many objects in inventories.
 	have := len(objs) + *nSyncs*10 + 1
@@ -156,6 +166,7 @@ func main() {
 	add(fmt.Sprintf("process with >= %d inventory objects", *nInventory), fmt.Sprintf(
 		"RSS %d MiB (%d MiB after returning freed memory to the OS), Go heap in use %d MiB; manager and benchmark client in one process",
 		rss, rssMiB(), ms.HeapInuse>>20))
+	benchout.Line(fmt.Sprintf("gitops.rss_%d_inventory", *nInventory), float64(rss), "MiB")
 
 	fmt.Println("bench/gitops results")
 	for _, r := range rows {
@@ -456,6 +467,13 @@ func pcts(d []time.Duration) string {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	p := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
 	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
+}
+
+// pct is the q-quantile of d.
+func pct(d []time.Duration, q float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 func rssMiB() int64 {

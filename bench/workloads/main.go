@@ -9,9 +9,13 @@
 //   - the API requests each issued, read from kube-apiserver's
 //     apiserver_request_total before and after each phase.
 //
-// Both sides use the same client rate limits (20 QPS, burst 30: the
-// kube-controller-manager defaults, which Converge's manager shares) and
-// 5 concurrent syncs. It prints figures and asserts nothing. From the
+// Both sides are given the same client-side budget explicitly (-qps,
+// -burst; 20 and 30 by default, kube-controller-manager's defaults): kube-
+// controller-manager through --kube-api-qps/--kube-api-burst, which give
+// each of its controllers its own bucket, and Converge's basicdeployment and
+// basicreplicaset controllers through their per-controller budgets, so the
+// comparison never depends on either side's defaults. Both run 5 concurrent
+// syncs. It prints figures and asserts nothing. From the
 // repository root (after `make tools`):
 //
 //	go run ./bench/workloads -replicas 1000
@@ -44,13 +48,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/internal/controller/basicdeployment"
+	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+)
+
+// qps and burst are the budget both sides get.
+var (
+	qps   float64
+	burst int
 )
 
 func main() {
 	replicas := flag.Int("replicas", 1000, "Pods per workload")
 	runs := flag.Int("runs", 1, "runs of each side, interleaved")
 	timeout := flag.Duration("timeout", 15*time.Minute, "give up on one phase after this long")
+	flag.Float64Var(&qps, "qps", 20, "client-side QPS of each workload controller, on both sides")
+	flag.IntVar(&burst, "burst", 30, "client-side burst of each workload controller, on both sides")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -77,7 +93,13 @@ type side struct {
 
 func run(ctx context.Context, n int32, runs int, timeout time.Duration) error {
 	fmt.Fprintln(os.Stderr, "starting the local control plane (kube-controller-manager, scheduler, 1 kwok node) ...")
-	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true, Scheduler: true, Nodes: 1})
+	fmt.Fprintf(os.Stderr, "budget of every workload controller on both sides: %v QPS, burst %d\n", qps, burst)
+	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true, Scheduler: true, Nodes: 1,
+		ControllerManagerArgs: []string{fmt.Sprintf("--kube-api-qps=%v", qps), fmt.Sprintf("--kube-api-burst=%d", burst)},
+		Manager: func(o *setup.Options) {
+			o.KubeAPIQPS = map[string]float32{basicdeployment.ControllerName: float32(qps), basicreplicaset.ControllerName: float32(qps)}
+			o.KubeAPIBurst = map[string]int{basicdeployment.ControllerName: burst, basicreplicaset.ControllerName: burst}
+		}})
 	if err != nil {
 		return err
 	}
@@ -342,6 +364,10 @@ func report(w io.Writer, n int32, sides []*side) {
 	reqRow("API requests, 0 -> ready", cu, ku)
 	reqRow("API requests, rolling update", cr, kr)
 	_ = tw.Flush()
+	benchout.Ratio(fmt.Sprintf("workloads.up_%d_pods_vs_kcm", n), median(c.up).Seconds(), "s", median(c.up).Seconds()/median(k.up).Seconds())
+	benchout.Ratio(fmt.Sprintf("workloads.rollout_%d_pods_vs_kcm", n), median(c.roll).Seconds(), "s", median(c.roll).Seconds()/median(k.roll).Seconds())
+	benchout.Ratio("workloads.requests_up_vs_kcm", cu.total, "requests", cu.total/ku.total)
+	benchout.Ratio("workloads.requests_rollout_vs_kcm", cr.total, "requests", cr.total/kr.total)
 	fmt.Fprintln(w, "\nAPI requests by verb and resource (median run):")
 	for _, p := range []struct {
 		label string

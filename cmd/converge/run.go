@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/converge-dev/converge/internal/git"
@@ -27,6 +28,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 			if err := setupLogging(g, os.Stderr); err != nil {
 				return err
 			}
+			memLimit := setMemoryLimit()
 			cfg, err := restConfig(g.kubeconfig)
 			if err != nil {
 				return err
@@ -47,7 +49,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 				return err
 			}
 			ctrl.Log.Info("Starting Converge manager", "version", version.Get(), "controllers", cv.Enabled,
-				"shardKey", o.ShardKey, "watchNamespaces", o.WatchNamespaces)
+				"shardKey", o.ShardKey, "watchNamespaces", o.WatchNamespaces, "goMemoryLimit", memLimit)
 			if err := cv.Manager.Start(ctx); err != nil {
 				return fmt.Errorf("manager: %w", err)
 			}
@@ -65,8 +67,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "use a Lease so that one replica is active at a time")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the Pod's namespace)")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the Lease (the shard key is appended)")
-	f.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server (as kube-controller-manager's flag)")
-	f.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server (as kube-controller-manager's flag)")
+	addBudgetFlags(f, &o)
 	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
 	f.IntVar(&webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
 	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")
@@ -87,6 +88,16 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.IntVar(&o.GitOps.MaxManifests, "gitops-max-manifests", o.GitOps.MaxManifests, "objects one Sync may render; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	f.DurationVar(&o.GitOps.RenderTimeout, "gitops-render-timeout", o.GitOps.RenderTimeout, "time one render may take; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	return cmd
+}
+
+// addBudgetFlags adds --kube-api-qps and --kube-api-burst: one client-side
+// budget per controller (docs/architecture.md, "API budgets").
+func addBudgetFlags(f *pflag.FlagSet, o *setup.Options) {
+	f.Var(setup.QPSFlag(&o.KubeAPIQPS), "kube-api-qps",
+		"client-side queries per second to the API server: N for every controller (and the manager's own clients), name=N for one; "+
+			"comma separated, repeatable; N < 0 turns the client-side limit off. Defaults (QPS/burst): "+setup.DefaultsHelp())
+	f.Var(setup.BurstFlag(&o.KubeAPIBurst), "kube-api-burst",
+		"client-side burst of queries to the API server: N for every controller, name=N for one (as --kube-api-qps)")
 }
 
 // podNamespace is the namespace the manager runs in (in-cluster), from the

@@ -61,6 +61,9 @@ type Config struct {
 	// ControllerManager starts kube-controller-manager (garbage collection,
 	// namespaces, Deployments, service accounts, node lifecycle, ...).
 	ControllerManager bool
+	// ControllerManagerArgs are appended to kube-controller-manager's
+	// arguments (benchmarks set its --kube-api-qps and --kube-api-burst).
+	ControllerManagerArgs []string
 	// Scheduler starts kube-scheduler, so that Pods get bound to nodes.
 	Scheduler bool
 	// Nodes is the number of fake nodes kwok runs; 0 does not start kwok.
@@ -402,6 +405,7 @@ func (cp *ControlPlane) controllerManager() *process {
 		"--concurrent-gc-syncs=20",
 		"--v=1",
 	)
+	args = append(args, cp.cfg.ControllerManagerArgs...)
 	return cp.newProcess(ControllerManager, args...)
 }
 

@@ -87,12 +87,12 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long runnables get to stop.
 	GracefulShutdownTimeout time.Duration
 
-	// KubeAPIQPS and KubeAPIBurst rate-limit the manager's API client, as
-	// kube-controller-manager's --kube-api-qps and --kube-api-burst (same
-	// defaults, 20 and 30, which are also controller-runtime's). Zero keeps
-	// the rest.Config's own.
-	KubeAPIQPS   float32
-	KubeAPIBurst int
+	// KubeAPIQPS and KubeAPIBurst set the client-side API budgets (see
+	// Budget): the key "" is the default of every controller and of the
+	// manager's own clients, a controller's name its own. What is not set
+	// takes DefaultBudget. Each controller gets its own token bucket.
+	KubeAPIQPS   map[string]float32
+	KubeAPIBurst map[string]int
 
 	// GitOps configures the GitRepository and Sync controllers.
 	GitOps GitOpsOptions
@@ -181,8 +181,6 @@ func DefaultOptions() Options {
 		HealthProbeBindAddress:    ":8081",
 		LeaderElectionID:          "converge-manager",
 		GracefulShutdownTimeout:   30 * time.Second,
-		KubeAPIQPS:                20,
-		KubeAPIBurst:              30,
 		BackupDir:                 DefaultBackupDir,
 		DatabaseObserveInterval:   time.Minute,
 		SQLInstanceHealthInterval: time.Minute,
@@ -214,6 +212,8 @@ type Converge struct {
 	Certs *webhookcert.Manager
 	// Enabled lists the controllers that were set up, sorted.
 	Enabled []string
+	// APIs holds each enabled controller's own clients and budget, by name.
+	APIs map[string]*ControllerAPI
 }
 
 // New builds the manager: it validates options, loads (or issues) the webhook
@@ -223,14 +223,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.KubeAPIQPS > 0 || o.KubeAPIBurst > 0 {
-		cfg = rest.CopyConfig(cfg)
-		if o.KubeAPIQPS > 0 {
-			cfg.QPS = o.KubeAPIQPS
-		}
-		if o.KubeAPIBurst > 0 {
-			cfg.Burst = o.KubeAPIBurst
-		}
+	if err := validateBudgets(o); err != nil {
+		return nil, err
+	}
+	// The manager's own clients: shared informers, events, leader election,
+	// webhook certificate, push receiver.
+	cfg = rest.CopyConfig(cfg)
+	if mb := o.Budget(""); mb.Unlimited() {
+		cfg.QPS, cfg.Burst = -1, 0
+	} else {
+		cfg.QPS, cfg.Burst = mb.QPS, mb.Burst
 	}
 	scheme := Scheme()
 	mopts := ctrl.Options{
@@ -247,7 +249,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			BindAddress:   o.MetricsBindAddress,
 			SecureServing: o.SecureMetrics,
 		},
-		Cache: cacheOptions(o),
+		Cache:  cacheOptions(o),
+		Client: clientOptions(),
 	}
 	if o.SkipControllerNameValidation {
 		mopts.Controller.SkipNameValidation = &o.SkipControllerNameValidation
@@ -315,13 +318,19 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			return nil, err
 		}
 	}
+	apis := make(map[string]*ControllerAPI, len(enabled))
 	for _, name := range enabled {
+		api, err := newControllerAPI(mgr, name, o.Budget(name))
+		if err != nil {
+			return nil, err
+		}
+		apis[name] = api
 		c := controllerByName(name)
-		if err := c.setup(mgr, o); err != nil {
+		if err := c.setup(&controllerManager{Manager: mgr, api: api}, o); err != nil {
 			return nil, fmt.Errorf("setting up controller %s: %w", name, err)
 		}
 	}
-	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled}, nil
+	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled, APIs: apis}, nil
 }
 
 // CABundle returns the CA that signed the webhook serving certificate, for

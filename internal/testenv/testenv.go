@@ -53,6 +53,8 @@ type Options struct {
 	// ControllerManager starts kube-controller-manager (garbage collection,
 	// namespaces, service accounts, Deployments, ...).
 	ControllerManager bool
+	// ControllerManagerArgs are extra kube-controller-manager arguments.
+	ControllerManagerArgs []string
 	// Scheduler starts kube-scheduler; with Nodes > 0, Pods reach Running.
 	Scheduler bool
 	// Nodes is the number of kwok fake nodes.
@@ -162,12 +164,13 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 	}
 	p, err := up.Start(ctx, up.Options{
 		ControlPlane: localcp.Config{
-			DataDir:           dir,
-			BinDir:            bin,
-			ControllerManager: o.ControllerManager,
-			Scheduler:         o.Scheduler,
-			Nodes:             o.Nodes,
-			Ephemeral:         true,
+			DataDir:               dir,
+			BinDir:                bin,
+			ControllerManager:     o.ControllerManager,
+			ControllerManagerArgs: o.ControllerManagerArgs,
+			Scheduler:             o.Scheduler,
+			Nodes:                 o.Nodes,
+			Ephemeral:             true,
 		},
 		Manager:     mo,
 		WebhookPort: port,

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/all.sh — run every benchmark in turn with documented sizes (about
+# 15-25 minutes on 2 cores), keep each one's output, and print one table of
+# their BENCH lines compared with the baseline in bench/README.md
+# (bench/table flags any figure more than 20 % worse). `make bench` runs it
+# after `make tools build`.
+#
+# Environment (all optional): the sizes below, e.g. WORKLOADS_REPLICAS=1000;
+# SKIP="databases fairness" skips benchmarks by name; BENCH_LOG_DIR keeps
+# the logs there (default: a new temporary directory, printed at the end);
+# WRITE_BASELINE=1 replaces the README's baseline with this run.
+set -uo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+export CONVERGE_BIN_DIR=${CONVERGE_BIN_DIR:-$PWD/bin}
+
+UP_RUNS=${UP_RUNS:-1}
+WORKLOADS_REPLICAS=${WORKLOADS_REPLICAS:-500}
+WORKLOADS_RUNS=${WORKLOADS_RUNS:-1}
+GITOPS_ARGS=${GITOPS_ARGS:--objects 1000 -syncs 100 -edits 100 -pushes 20 -inventory 10000}
+DATABASES_ARGS=${DATABASES_ARGS:--n 100 -rss-n 1000}
+FAIRNESS_ARGS=${FAIRNESS_ARGS:--objects 5000 -replicas 100 -runs 1}
+SKIP=${SKIP:-}
+LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
+mkdir -p "$LOGS"
+
+echo "== make bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPU(s), commit $(git describe --always --dirty 2>/dev/null || echo '?'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+failed=()
+bench() { # name command...
+	local name=$1
+	shift
+	if [[ " $SKIP " == *" $name "* ]]; then
+		echo "== $name: skipped"
+		return
+	fi
+	echo
+	echo "== $name: $* (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+	local t0=$SECONDS
+	if "$@" 2>"$LOGS/$name.err" | tee "$LOGS/$name.log"; then
+		echo "== $name: done in $((SECONDS - t0)) s"
+	else
+		echo "== $name: FAILED after $((SECONDS - t0)) s; stderr in $LOGS/$name.err:"
+		tail -20 "$LOGS/$name.err"
+		failed+=("$name")
+	fi
+}
+
+bench up env RUNS="$UP_RUNS" bench/up.sh
+# shellcheck disable=SC2086 # the *_ARGS are word lists
+{
+	bench workloads go run ./bench/workloads -replicas "$WORKLOADS_REPLICAS" -runs "$WORKLOADS_RUNS"
+	bench gitops go run ./bench/gitops $GITOPS_ARGS
+	bench databases go run ./bench/databases $DATABASES_ARGS
+	bench fairness go run ./bench/fairness $FAIRNESS_ARGS
+}
+
+echo
+echo "== all benchmarks: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty 2>/dev/null || echo '?'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+table_args=()
+[[ ${WRITE_BASELINE:-0} == 1 ]] && table_args+=(-write)
+go run ./bench/table "${table_args[@]}" "$LOGS"/*.log
+echo "logs: $LOGS"
+if ((${#failed[@]})); then
+	echo "FAILED: ${failed[*]}"
+	exit 1
+fi

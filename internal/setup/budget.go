@@ -1,0 +1,286 @@
+package setup
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/internal/controller/basicdeployment"
+	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/database"
+	"github.com/converge-dev/converge/internal/controller/databasebackup"
+	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	"github.com/converge-dev/converge/internal/controller/sqlinstance"
+	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
+	"github.com/converge-dev/converge/internal/version"
+)
+
+// Budget is a client-side limit on the API requests of one controller: a
+// token bucket of Burst tokens refilled at QPS tokens per second, shared by
+// every request the controller makes (all kinds, cached client, API reader,
+// and clients derived from its rest.Config, such as impersonating ones). A
+// QPS below zero turns the client-side limit off, leaving the sharing to
+// the API server's Priority and Fairness.
+type Budget struct {
+	QPS   float32
+	Burst int
+}
+
+// Unlimited returns whether the budget turns the client-side limit off.
+func (b Budget) Unlimited() bool { return b.QPS < 0 }
+
+func (b Budget) String() string {
+	if b.Unlimited() {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%s QPS, burst %d", strconv.FormatFloat(float64(b.QPS), 'f', -1, 32), b.Burst)
+}
+
+// ManagerBudget is the default budget of the manager's own clients (the
+// shared informers' list and watch, events, leader election, the webhook
+// certificate, the push receiver): kube-controller-manager's defaults.
+var ManagerBudget = Budget{QPS: 20, Burst: 30}
+
+// defaultBudgets are the per-controller defaults, taken from the anchor of
+// each kind of work (docs/architecture.md, "API budgets"):
+//   - gitrepository: Flux's source-controller, 50 QPS / burst 100;
+//   - sync: Flux's kustomize-controller scaled to one shared bucket: Flux
+//     (controller-runtime) gives every kind its own 50/100 bucket, Converge
+//     one bucket per controller, and a Sync is a bulk writer whose floor is
+//     the API server itself; 500/1000 measured within 1.3x of the 8-way
+//     server-side-apply floor (bench/gitops), 50/100 ten times slower;
+//   - basicdeployment, basicreplicaset: kube-controller-manager, 20 / 30, so
+//     that bench/workloads compares like with like;
+//   - database, databasebackup: one status patch and one Secret per object,
+//     the rest of their time is spent on SQL; 20 / 30, as the workloads;
+//   - postgresinstance, mariadbinstance: a few objects and one status patch
+//     per health check; 10 / 20.
+var defaultBudgets = map[string]Budget{
+	gitrepository.ControllerName:       {QPS: 50, Burst: 100},
+	syncctrl.ControllerName:            {QPS: 500, Burst: 1000},
+	basicdeployment.ControllerName:     {QPS: 20, Burst: 30},
+	basicreplicaset.ControllerName:     {QPS: 20, Burst: 30},
+	database.ControllerName:            {QPS: 20, Burst: 30},
+	databasebackup.ControllerName:      {QPS: 20, Burst: 30},
+	sqlinstance.PostgresControllerName: {QPS: 10, Burst: 20},
+	sqlinstance.MariaDBControllerName:  {QPS: 10, Burst: 20},
+}
+
+// DefaultBudget is the built-in budget of a controller, or ManagerBudget for
+// "" (the manager's own clients) and unknown names.
+func DefaultBudget(name string) Budget {
+	if b, ok := defaultBudgets[name]; ok {
+		return b
+	}
+	return ManagerBudget
+}
+
+// Budget resolves the budget of a controller ("" for the manager's own
+// clients): its built-in default, overridden by the flags' default (key
+// ""), overridden by the flags' entry for its name.
+func (o Options) Budget(name string) Budget {
+	b := DefaultBudget(name)
+	if q, ok := o.KubeAPIQPS[""]; ok {
+		b.QPS = q
+	}
+	if n, ok := o.KubeAPIBurst[""]; ok {
+		b.Burst = n
+	}
+	if q, ok := o.KubeAPIQPS[name]; ok && name != "" {
+		b.QPS = q
+	}
+	if n, ok := o.KubeAPIBurst[name]; ok && name != "" {
+		b.Burst = n
+	}
+	return b
+}
+
+// validateBudgets refuses unknown controller names and budgets that would
+// block every request.
+func validateBudgets(o Options) error {
+	known := ControllerNames()
+	for _, f := range []struct {
+		flag string
+		keys []string
+	}{{"--kube-api-qps", slices.Collect(maps.Keys(o.KubeAPIQPS))}, {"--kube-api-burst", slices.Collect(maps.Keys(o.KubeAPIBurst))}} {
+		for _, k := range f.keys {
+			if k != "" && !slices.Contains(known, k) {
+				return fmt.Errorf("%s: unknown controller %q (known: %s)", f.flag, k, strings.Join(known, ", "))
+			}
+		}
+	}
+	for _, name := range append([]string{""}, known...) {
+		if b := o.Budget(name); !b.Unlimited() && (b.QPS == 0 || b.Burst < 1) {
+			who := "the manager"
+			if name != "" {
+				who = "controller " + name
+			}
+			return fmt.Errorf("--kube-api-qps/--kube-api-burst: %s would get %s; a limited budget needs QPS > 0 and burst >= 1 (QPS < 0 turns the limit off)", who, b)
+		}
+	}
+	return nil
+}
+
+// UserAgent is the User-Agent of a controller's requests. The API server
+// records the part before the first "/" as the field manager of writes that
+// name none, so it follows the converge-<controller> naming of the field
+// managers.
+func UserAgent(controller string) string {
+	return fmt.Sprintf("converge-%s/%s (%s/%s)", controller, version.Get(), runtime.GOOS, runtime.GOARCH)
+}
+
+// restConfigFor is cfg with the budget's rate limiter (a new token bucket,
+// shared by everything built from the returned config or a copy of it) and
+// the User-Agent.
+func restConfigFor(cfg *rest.Config, b Budget, userAgent string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = userAgent
+	cfg.QPS, cfg.Burst = b.QPS, b.Burst
+	cfg.RateLimiter = nil
+	if !b.Unlimited() {
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(b.QPS, b.Burst)
+	}
+	return cfg
+}
+
+// ControllerAPI is one controller's own connection to the API server.
+type ControllerAPI struct {
+	// Budget is the controller's budget.
+	Budget Budget
+	// Config carries the controller's User-Agent and its RateLimiter; a
+	// client built from a copy (rest.CopyConfig keeps the limiter) spends
+	// the same budget.
+	Config *rest.Config
+	// HTTPClient is built from Config.
+	HTTPClient *http.Client
+	// Client reads from the manager's shared cache and writes with Config.
+	Client client.Client
+	// APIReader reads from the API server with Config.
+	APIReader client.Reader
+}
+
+// controllerManager is the manager as one controller sees it: the shared
+// cache, scheme, mapper, event recorders and runnables of the manager, but
+// its own clients and budget.
+type controllerManager struct {
+	ctrl.Manager
+	api *ControllerAPI
+}
+
+func (m *controllerManager) GetClient() client.Client    { return m.api.Client }
+func (m *controllerManager) GetAPIReader() client.Reader { return m.api.APIReader }
+func (m *controllerManager) GetConfig() *rest.Config     { return m.api.Config }
+func (m *controllerManager) GetHTTPClient() *http.Client { return m.api.HTTPClient }
+
+// newControllerAPI builds a controller's clients: writes and uncached reads
+// go out with its own rate limiter and User-Agent; cached reads come from
+// the manager's shared cache.
+func newControllerAPI(mgr ctrl.Manager, name string, b Budget) (*ControllerAPI, error) {
+	cfg := restConfigFor(mgr.GetConfig(), b, UserAgent(name))
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the HTTP client of controller %s: %w", name, err)
+	}
+	opts := clientOptions()
+	opts.HTTPClient, opts.Scheme, opts.Mapper = hc, mgr.GetScheme(), mgr.GetRESTMapper()
+	opts.Cache.Reader = mgr.GetCache()
+	c, err := client.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("building the client of controller %s: %w", name, err)
+	}
+	r, err := client.New(cfg, client.Options{HTTPClient: hc, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("building the API reader of controller %s: %w", name, err)
+	}
+	return &ControllerAPI{Budget: b, Config: cfg, HTTPClient: hc, Client: c, APIReader: r}, nil
+}
+
+// clientOptions are the cached client's options of the manager and of
+// every controller: typed objects from the cache, unstructured ones from the
+// API server.
+func clientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{Unstructured: false}}
+}
+
+// QPSFlag is the pflag.Value of --kube-api-qps: "N" sets the default of
+// every controller and of the manager's own clients, "name=N" one
+// controller's; comma separated and repeatable.
+func QPSFlag(m *map[string]float32) pflag.Value {
+	return &budgetFlag[float32]{flag: "--kube-api-qps", m: m, parse: func(s string) (float32, error) {
+		f, err := strconv.ParseFloat(s, 32)
+		return float32(f), err
+	}}
+}
+
+// BurstFlag is the pflag.Value of --kube-api-burst, as QPSFlag.
+func BurstFlag(m *map[string]int) pflag.Value {
+	return &budgetFlag[int]{flag: "--kube-api-burst", m: m, parse: strconv.Atoi}
+}
+
+type budgetFlag[T float32 | int] struct {
+	flag  string
+	m     *map[string]T
+	parse func(string) (T, error)
+}
+
+func (f *budgetFlag[T]) Set(s string) error {
+	if *f.m == nil {
+		*f.m = map[string]T{}
+	}
+	known := ControllerNames()
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, named := strings.Cut(part, "=")
+		if !named {
+			name, val = "", part
+		}
+		name = strings.TrimSpace(name)
+		if named && !slices.Contains(known, name) {
+			return fmt.Errorf("%s: unknown controller %q (known: %s)", f.flag, name, strings.Join(known, ", "))
+		}
+		v, err := f.parse(strings.TrimSpace(val))
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number: %w", f.flag, part, err)
+		}
+		(*f.m)[name] = v
+	}
+	return nil
+}
+
+func (f *budgetFlag[T]) String() string {
+	keys := slices.Sorted(maps.Keys(*f.m))
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if k == "" {
+			out = append(out, fmt.Sprint((*f.m)[k]))
+		} else {
+			out = append(out, fmt.Sprintf("%s=%v", k, (*f.m)[k]))
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (f *budgetFlag[T]) Type() string { return "[name=]N" }
+
+// DefaultsHelp lists the built-in budgets for --help: "name=QPS/burst".
+func DefaultsHelp() string {
+	out := make([]string, 0, len(defaultBudgets)+1)
+	for _, n := range ControllerNames() {
+		b := DefaultBudget(n)
+		out = append(out, fmt.Sprintf("%s=%v/%d", n, b.QPS, b.Burst))
+	}
+	return strings.Join(append(out, fmt.Sprintf("manager=%v/%d", ManagerBudget.QPS, ManagerBudget.Burst)), ", ")
+}
