@@ -9,6 +9,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -38,7 +40,12 @@ func (e *Environment) InstallTenantRoles(t testing.TB) {
 			t.Fatalf("decoding the tenant roles: %v", err)
 		}
 		cr.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("ClusterRole"))
-		if err := e.Client.Patch(t.Context(), cr, client.Apply, client.FieldOwner("testenv"), client.ForceOwnership); err != nil {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cr)
+		if err != nil {
+			t.Fatalf("converting ClusterRole %s: %v", cr.Name, err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if err := e.Client.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("testenv"), client.ForceOwnership); err != nil {
 			t.Fatalf("applying ClusterRole %s: %v", cr.Name, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -243,11 +244,14 @@ func TestPruneNeverDeletesWhatTheTenantCannot(t *testing.T) {
 	a, b := newTenant(t), newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	victim := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.NS, Name: "victim", Labels: map[string]string{
-			gitopsv1alpha1.SyncNameLabel: "app", gitopsv1alpha1.SyncNamespaceLabel: a.NS}},
-		Data: map[string]string{"owner": b.NS}}
-	g.Expect(env.Client.Patch(ctx, victim, client.Apply, client.FieldOwner(sync.FieldManager))).To(Succeed())
+	victim := &unstructured.Unstructured{}
+	victim.SetAPIVersion("v1")
+	victim.SetKind("ConfigMap")
+	victim.SetNamespace(b.NS)
+	victim.SetName("victim")
+	victim.SetLabels(map[string]string{gitopsv1alpha1.SyncNameLabel: "app", gitopsv1alpha1.SyncNamespaceLabel: a.NS})
+	g.Expect(unstructured.SetNestedStringMap(victim.Object, map[string]string{"owner": b.NS}, "data")).To(Succeed())
+	g.Expect(env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(victim), client.FieldOwner(sync.FieldManager))).To(Succeed())
 	repo := tenantRepoRaw(t, a, map[string]string{
 		"app/local.yaml":  configMap("", "local", nil),
 		"app/victim.yaml": configMap(b.NS, "victim", map[string]string{"owner": a.NS}),
