@@ -1,12 +1,16 @@
 package security
 
 import (
+	"context"
+	"encoding/pem"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,12 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/gitops/gittest"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 )
 
 // The attacks of this file are the tenant's Syncs: what git holds is the
@@ -88,7 +94,7 @@ spec:
 // suite's webhook does not know about) is Stalled with
 // ServiceAccountRequired, the message says how to grant rights, and nothing
 // is applied. (The webhook refusal of the same Sync is
-// internal/webhook/gitops TestSyncWebhookLockdown.)
+// TestSyncWithoutServiceAccountInLockdownIsRefused.)
 func TestSyncWithoutServiceAccountInLockdownIsStalled(t *testing.T) {
 	t.Parallel()
 	a := newTenant(t)
@@ -386,4 +392,54 @@ func requestReconcile(t *testing.T, tn *tenant, sync string) {
 			t.Fatalf("requesting a reconcile: %v", err)
 		}
 	}
+}
+
+// TestSyncWithoutServiceAccountInLockdownIsRefused: the admission side of
+// lockdown without a default service account, through the real API server:
+// the Sync webhook as such a manager serves it (setup wires
+// RequireServiceAccount from --gitops-lockdown and an empty
+// --gitops-default-service-account), registered for the tenant's namespace
+// only. A Sync naming no ServiceAccount is refused naming the field and how
+// to grant rights; naming one is admitted.
+func TestSyncWithoutServiceAccountInLockdownIsRefused(t *testing.T) {
+	t.Parallel()
+	a := newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	hook := admission.WithValidator[*gitopsv1alpha1.Sync](setup.Scheme(), webhookgitops.Sync{RequireServiceAccount: true})
+	srv := httptest.NewTLSServer(hook)
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	url := srv.URL + "/validate"
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "lockdown-" + a.NS},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "lockdown.sync.gitops.converge.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: a.NS}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{gitopsv1alpha1.GroupVersion.Group},
+					APIVersions: []string{gitopsv1alpha1.GroupVersion.Version}, Resources: []string{"syncs"}},
+			}},
+		}}}
+	g.Expect(env.Client.Create(ctx, vwc)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), vwc) })
+
+	sy := tenantSync(a, "no-identity", "app")
+	sy.Spec.ServiceAccountName = ""
+	// The API server picks up a new webhook configuration within moments.
+	testenv.Eventually(g, func(g Gomega) {
+		err := a.Client.Create(ctx, sy.DeepCopy())
+		g.Expect(err).To(MatchError(ContainSubstring("spec.serviceAccountName: Required value")))
+		g.Expect(err).To(MatchError(ContainSubstring("create rolebinding")))
+	}).Should(Succeed())
+	err := env.Client.Get(ctx, client.ObjectKeyFromObject(sy), &gitopsv1alpha1.Sync{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused Sync exists: %v", err)
+
+	sy.Spec.ServiceAccountName = tenantSA
+	g.Expect(a.Client.Create(ctx, sy)).To(Succeed(), "a Sync naming its ServiceAccount is admitted")
 }
