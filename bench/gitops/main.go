@@ -47,6 +47,7 @@ import (
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
+	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -67,7 +68,9 @@ func main() {
 		os.Exit(1)
 	}
 	step("starting the control plane")
-	env, err := testenv.Start(ctx, testenv.Options{})
+	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
+		o.GitOps.Lockdown = false // the benchmark's Syncs act as the manager, as under `converge up`
+	}})
 	if err != nil {
 		fail(err)
 	}

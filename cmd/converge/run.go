@@ -79,7 +79,6 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")
 	f.StringVar(&o.GitOps.CacheDir, "gitops-cache-dir", "", "directory of fetched git revisions (default: a new temporary directory)")
 	f.BoolVar(&o.GitOps.AllowCrossNamespaceRefs, "gitops-allow-cross-namespace-refs", false, "let a Sync use a GitRepository of another namespace")
-	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account Syncs impersonate when they name none (default: the manager's identity)")
 	o.GitOps.MaxFetchSize, o.GitOps.MaxArtifactSize = git.DefaultMaxFetchSize, git.DefaultMaxArtifactSize
 	o.GitOps.MaxManifests, o.GitOps.MaxFileSize, o.GitOps.RenderTimeout = render.DefaultMaxManifests, render.DefaultMaxFileSize, render.DefaultTimeout
 	f.Var(sizeFlag{&o.GitOps.MaxFetchSize}, "gitops-max-fetch-size", "bytes one git fetch may receive; beyond, the GitRepository is Stalled (ArtifactTooLarge)")
@@ -87,6 +86,8 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.Var(sizeFlag{&o.GitOps.MaxFileSize}, "gitops-max-file-size", "size of each file a render reads; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	f.IntVar(&o.GitOps.MaxManifests, "gitops-max-manifests", o.GitOps.MaxManifests, "objects one Sync may render; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	f.DurationVar(&o.GitOps.RenderTimeout, "gitops-render-timeout", o.GitOps.RenderTimeout, "time one render may take; beyond, the Sync is Stalled (RenderLimitExceeded)")
+	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account (in the Sync's namespace) that Syncs naming none act as; the chart sets 'default'")
+	f.BoolVar(&o.GitOps.Lockdown, "gitops-lockdown", o.GitOps.Lockdown, "never let a Sync act as the manager: with no --gitops-default-service-account, Syncs without spec.serviceAccountName are refused; false lets them use the manager's identity (single-tenant clusters)")
 	return cmd
 }
 

@@ -71,6 +71,11 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
 	addBudgetFlags(f, &o.Manager)
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
+	// One user, the admin of the local control plane: Syncs without a
+	// service account act as the manager unless asked otherwise.
+	o.Manager.GitOps.Lockdown = false
+	f.BoolVar(&o.Manager.GitOps.Lockdown, "gitops-lockdown", false, "never let a Sync act as the manager (as `converge run` and the chart do); Syncs must then name a service account")
+	f.StringVar(&o.Manager.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account (in the Sync's namespace) that Syncs naming none act as")
 	o.Manager.SecureMetrics = false // local only, on loopback
 	return cmd
 }

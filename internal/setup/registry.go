@@ -52,6 +52,7 @@ var controllers = []controller{
 				MaxFileSize:  o.GitOps.MaxFileSize,
 				Timeout:      o.GitOps.RenderTimeout,
 			},
+			Lockdown:                o.GitOps.Lockdown,
 		}).SetupWithManager(mgr)
 	}},
 	{name: sqlinstance.PostgresControllerName, setup: func(mgr ctrl.Manager, o Options) error {
@@ -73,13 +74,18 @@ var controllers = []controller{
 type webhookSet struct {
 	name  string
 	setup func(mgr ctrl.Manager) error
+	// setupWithOptions, when set, is used instead of setup by webhooks
+	// that depend on the manager's options.
+	setupWithOptions func(mgr ctrl.Manager, o Options) error
 }
 
 var webhooks = []webhookSet{
 	{name: "basicdeployment", setup: webhookworkloads.BasicDeployment{}.SetupWithManager},
 	{name: "basicreplicaset", setup: webhookworkloads.BasicReplicaSet{}.SetupWithManager},
 	{name: "gitrepository", setup: webhookgitops.GitRepository{}.SetupWithManager},
-	{name: "sync", setup: webhookgitops.Sync{}.SetupWithManager},
+	{name: "sync", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
+		return webhookgitops.Sync{RequireServiceAccount: o.GitOps.Lockdown && o.GitOps.DefaultServiceAccount == ""}.SetupWithManager(mgr)
+	}},
 	{name: "postgresinstance", setup: webhooksql.PostgresInstance{}.SetupWithManager},
 	{name: "mariadbinstance", setup: webhooksql.MariaDBInstance{}.SetupWithManager},
 	{name: "database", setup: webhooksql.Database{}.SetupWithManager},

@@ -125,8 +125,8 @@ type GitOpsOptions struct {
 	// another namespace.
 	AllowCrossNamespaceRefs bool
 	// DefaultServiceAccount is impersonated by Syncs that set no
-	// serviceAccountName; empty uses the manager's own identity (as Flux's
-	// --default-service-account).
+	// serviceAccountName (as Flux's --default-service-account); it names a
+	// ServiceAccount in each Sync's own namespace. Empty: see Lockdown.
 	DefaultServiceAccount string
 	// MaxFetchSize bounds the bytes one git fetch writes; 0 is
 	// git.DefaultMaxFetchSize (512 MiB).
@@ -142,6 +142,12 @@ type GitOpsOptions struct {
 	MaxFileSize int64
 	// RenderTimeout bounds one render; 0 is render.DefaultTimeout.
 	RenderTimeout time.Duration
+	// Lockdown makes sure no Sync ever acts as the manager: a Sync that
+	// names no service account, while DefaultServiceAccount is empty, is
+	// refused by the webhook and Stalled (ServiceAccountRequired) by the
+	// controller. Without Lockdown such a Sync uses the manager's identity,
+	// which suits single-user clusters only (`converge up` turns it off).
+	Lockdown bool
 }
 
 // WebhookOptions configure the webhook server and its certificate.
@@ -182,6 +188,7 @@ func DefaultOptions() Options {
 		LeaderElectionID:          "converge-manager",
 		GracefulShutdownTimeout:   30 * time.Second,
 		BackupDir:                 DefaultBackupDir,
+		GitOps:                    GitOpsOptions{Lockdown: true},
 		DatabaseObserveInterval:   time.Minute,
 		SQLInstanceHealthInterval: time.Minute,
 		Webhook: WebhookOptions{
@@ -287,7 +294,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			return nil, err
 		}
 		for _, w := range webhooks {
-			if err := w.setup(mgr); err != nil {
+			fn := w.setup
+			if w.setupWithOptions != nil {
+				fn = func(mgr ctrl.Manager) error { return w.setupWithOptions(mgr, o) }
+			}
+			if err := fn(mgr); err != nil {
 				return nil, fmt.Errorf("setting up %s webhook: %w", w.name, err)
 			}
 		}

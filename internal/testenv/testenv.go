@@ -65,6 +65,9 @@ type Options struct {
 	// NoManager runs the manager with every controller disabled; webhooks are
 	// still served, so objects can be created.
 	NoManager bool
+	// OnNewNamespace, when set, runs after NewNamespace creates a
+	// namespace, e.g. to grant the suite's tenant rights in it.
+	OnNewNamespace func(t testing.TB, e *Environment, ns string)
 }
 
 // Environment is a running test environment.
@@ -86,7 +89,8 @@ type Environment struct {
 	// WebhookPort is the local webhook server's port.
 	WebhookPort int
 
-	dataDir string
+	dataDir        string
+	onNewNamespace func(t testing.TB, e *Environment, ns string)
 }
 
 var skipReason string
@@ -193,7 +197,8 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 		return nil, err
 	}
 	return &Environment{Platform: p, ControlPlane: p.ControlPlane, Config: cfg, Client: c, Clientset: cs,
-		KubeconfigPath: p.ControlPlane.KubeconfigPath(), BinDir: bin, WebhookPort: port, dataDir: dir}, nil
+		KubeconfigPath: p.ControlPlane.KubeconfigPath(), BinDir: bin, WebhookPort: port, dataDir: dir,
+		onNewNamespace: o.OnNewNamespace}, nil
 }
 
 // Stop stops the manager and the control plane and removes the data.
@@ -223,6 +228,9 @@ func (e *Environment) NewNamespace(t testing.TB) string {
 		defer cancel()
 		_ = e.Client.Delete(ctx, ns)
 	})
+	if e.onNewNamespace != nil {
+		e.onNewNamespace(t, e, ns.Name)
+	}
 	return ns.Name
 }
 

@@ -72,6 +72,7 @@ func TestRenderingsAreSafe(t *testing.T) {
 			checkCRDs(g, r.objs)
 			checkWebhooks(g, r.objs)
 			checkRBAC(t, g, root, r.objs)
+			checkTenantRoles(t, g, root, r.objs)
 			checkDeployment(g, r.objs)
 		})
 	}
@@ -197,6 +198,15 @@ func TestHelmValues(t *testing.T) {
 		g.Expect(names(ofKind(objs, "ValidatingWebhookConfiguration"))).To(
 			ConsistOf(install.ValidatingWebhookConfigurationName))
 		g.Expect(names(ofKind(objs, "Service"))).To(ContainElement("prod-converge-webhook-service"))
+	})
+
+	t.Run("gitops lockdown", func(t *testing.T) {
+		g := NewWithT(t)
+		args := managerArgs(g, template(t, "converge", namespace, "gitops.defaultServiceAccount=deployer"))
+		g.Expect(args).To(ContainElements("--gitops-lockdown=true", "--gitops-default-service-account=deployer"))
+		args = managerArgs(g, template(t, "converge", namespace, "gitops.lockdown=false", "gitops.defaultServiceAccount="))
+		g.Expect(args).To(ContainElement("--gitops-lockdown=false"))
+		g.Expect(args).NotTo(ContainElement(HavePrefix("--gitops-default-service-account")))
 	})
 
 	t.Run("metrics disabled", func(t *testing.T) {
@@ -417,7 +427,43 @@ func checkRules(g Gomega, what string, rules []rbacv1.PolicyRule) {
 		g.Expect(r.Resources).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard resource", what)
 		g.Expect(r.APIGroups).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard API group", what)
 		g.Expect(r.NonResourceURLs).NotTo(ContainElement(ContainSubstring("*")), "%s: wildcard URL", what)
-		g.Expect(r.Verbs).NotTo(ContainElements("escalate", "bind", "impersonate"), "%s: privilege escalation verb", what)
+		g.Expect(r.Verbs).NotTo(ContainElements("escalate", "bind"), "%s: privilege escalation verb", what)
+		checkImpersonation(g, what, r)
+	}
+}
+
+// checkImpersonation: the one impersonation allowed is the Sync
+// controller's, of ServiceAccounts only (the API server adds their groups):
+// never users, groups, UIDs or extra fields, each of which would let the
+// manager become anyone, and alone in its rule so that no other verb rides
+// along.
+func checkImpersonation(g Gomega, what string, r rbacv1.PolicyRule) {
+	if !slices.Contains(r.Verbs, "impersonate") {
+		return
+	}
+	g.Expect(what).To(Equal("ClusterRole "+managerClusterRole), "%s may impersonate", what)
+	g.Expect(r.Verbs).To(Equal([]string{"impersonate"}), "%s: impersonate shares a rule with other verbs", what)
+	g.Expect(r.APIGroups).To(Equal([]string{""}), "%s: impersonate outside the core group", what)
+	g.Expect(r.Resources).To(Equal([]string{"serviceaccounts"}), "%s: impersonate on more than serviceaccounts", what)
+}
+
+// checkTenantRoles: the tenant ClusterRoles ship, under their documented
+// names, with exactly the rules of config/rbac/tenant_roles.yaml.
+func checkTenantRoles(t *testing.T, g Gomega, root string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "tenant_roles.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	want := decode(t, data)
+	g.Expect(names(want)).To(ConsistOf("converge-edit", "converge-view"))
+	for _, w := range want {
+		wr := &rbacv1.ClusterRole{}
+		convert(g, w, wr)
+		got := &rbacv1.ClusterRole{}
+		convert(g, find(g, objs, "ClusterRole", wr.Name), got)
+		g.Expect(got.Rules).To(Equal(wr.Rules), "ClusterRole %s differs from config/rbac/tenant_roles.yaml (run hack/sync-chart.sh?)", wr.Name)
+		for k, v := range wr.Labels {
+			g.Expect(got.Labels).To(HaveKeyWithValue(k, v), "ClusterRole %s aggregation label", wr.Name)
+		}
 	}
 }
 
@@ -477,6 +523,9 @@ func checkDeployment(g Gomega, objs []*unstructured.Unstructured) {
 	g.Expect(c.Args[0]).To(Equal("run"), "the first argument is the run command")
 	g.Expect(c.Args).To(ContainElements(
 		"--leader-elect",
+		// Syncs never act as the manager (docs/gitops.md, "Permissions").
+		"--gitops-lockdown=true",
+		"--gitops-default-service-account=default",
 		"--webhook-cert-secret="+webhookCertSecret,
 		"--webhook-host-names="+webhookService+"."+namespace+".svc,"+webhookService+"."+namespace+".svc.cluster.local",
 	))

@@ -12,9 +12,21 @@ import (
 var env *testenv.Environment
 
 // One control plane for the suite, with the manager configured as the Helm
-// chart configures it in a multi-tenant cluster.
+// chart configures it by default (charts/converge/values.yaml).
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
-		o.GracefulShutdownTimeout = 15 * time.Second
-	}}, &env))
+	os.Exit(testenv.Main(m, testenv.Options{Manager: chartDefaults}, &env))
+}
+
+// chartDefaults configures the manager as the chart's default values do:
+// every controller, cross-namespace references refused, and Syncs in
+// lockdown, acting as the "default" ServiceAccount of their namespace when
+// they name none (gitops.lockdown, gitops.defaultServiceAccount).
+func chartDefaults(o *setup.Options) {
+	o.Controllers = []string{"*"}
+	o.GitOps.AllowCrossNamespaceRefs = false
+	o.GitOps.Lockdown = true
+	o.GitOps.DefaultServiceAccount = "default"
+	// Go's http.Server.Shutdown waits up to 5s for a connection the API
+	// server just opened to the webhook server; leave room for it.
+	o.GracefulShutdownTimeout = 15 * time.Second
 }

@@ -92,6 +92,17 @@ const (
 	WaitingForHealthReason = "WaitingForHealth"
 	// DeletingReason: the Sync is being deleted and prunes its inventory.
 	DeletingReason = "Deleting"
+	// ServiceAccountRequiredReason: the manager runs in lockdown
+	// (--gitops-lockdown) without a default service account, and the Sync
+	// names none; it never acts as the manager. Set spec.serviceAccountName
+	// to a ServiceAccount of the Sync's namespace that holds the rights the
+	// Sync needs.
+	ServiceAccountRequiredReason = "ServiceAccountRequired"
+	// ReadForbiddenReason: the identity the Sync acts as may not read an
+	// object the Sync must read (a dependency, an applied object's health,
+	// an object to prune); the message names the object, the verb and the
+	// identity. Nothing about the object is evaluated or reported.
+	ReadForbiddenReason = "ReadForbidden"
 )
 
 // Annotations and labels of the gitops API.

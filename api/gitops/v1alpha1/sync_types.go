@@ -76,7 +76,11 @@ type SyncSpec struct {
 	TargetNamespace string `json:"targetNamespace,omitempty"`
 
 	// serviceAccountName is a ServiceAccount in the Sync's namespace that
-	// every write impersonates. Empty uses the manager's identity.
+	// every read and write on the Sync's behalf impersonates (applies,
+	// dependsOn, health checks, drift and prune lookups). Empty uses the
+	// manager's --gitops-default-service-account; without one, a manager in
+	// lockdown (--gitops-lockdown, the chart's default) refuses the Sync,
+	// and otherwise the manager's own identity is used.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`

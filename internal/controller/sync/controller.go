@@ -49,13 +49,14 @@ const (
 )
 
 // The manager's ClusterRole (generated from these markers) grants only what
-// the controller needs for its own kinds. What Syncs apply is whatever git
-// holds, so the permission to write those kinds is the cluster admin's
-// decision, not the chart's: bind a role to the manager's service account,
-// or grant it `impersonate` on the service accounts Syncs name in
-// serviceAccountName (docs/gitops.md, "Permissions"). The chart never ships
-// wildcard or impersonation rules.
+// the controller needs for its own kinds, plus `impersonate` on
+// serviceaccounts: every read and write a Sync does on a tenant's behalf
+// impersonates a ServiceAccount of the Sync's namespace, so what a Sync may
+// touch is exactly what the cluster admin granted that ServiceAccount
+// (docs/gitops.md, "Permissions"). Never groups, users or wildcards: the API
+// server adds a service account's groups itself.
 //
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gitops.converge.dev,resources=syncs/finalizers,verbs=update
@@ -82,6 +83,9 @@ type Reconciler struct {
 	AllowCrossNamespaceRefs bool
 	// DefaultServiceAccount is impersonated when a Sync names none.
 	DefaultServiceAccount string
+	// Lockdown: a Sync never acts as the manager. With no service account
+	// to impersonate it is Stalled (ServiceAccountRequired).
+	Lockdown bool
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
 	// Render bounds each render (objects, file size, time); zero fields

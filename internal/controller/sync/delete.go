@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -13,9 +14,11 @@ import (
 )
 
 // reconcileDelete prunes the inventory when spec.prune is true (with the same
-// ownership and opt-out rules as a normal prune) and orphans it otherwise,
-// then removes the finalizer. A failed deletion keeps the finalizer and is
-// retried.
+// ownership and opt-out rules as a normal prune, as the Sync's identity) and
+// orphans it otherwise, then removes the finalizer. A failed deletion keeps
+// the finalizer and is retried. Objects the identity may not even read are
+// orphaned, never deleted as the manager, and so is everything when a
+// manager in lockdown has no identity to act as: a Sync can always go.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	sy := s.sync
 	s.deleting = true
@@ -23,14 +26,26 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	if sy.Spec.Prune != nil && *sy.Spec.Prune && !sy.Spec.Suspend {
+		inventory := sy.Status.Inventory
 		c, err := r.clientFor(sy)
-		if err != nil {
+		if errors.Is(err, errNoIdentity) {
+			if len(inventory) > 0 {
+				r.Recorder.Eventf(sy, nil, corev1.EventTypeWarning, gitopsv1alpha1.ServiceAccountRequiredReason, "Prune",
+					"Orphaning %d objects: no service account to delete them as (lockdown)", len(inventory))
+			}
+			inventory = nil
+		} else if err != nil {
 			return ctrl.Result{}, err
 		}
 		var errs []error
 		var kept []gitopsv1alpha1.ObjectRef
-		for _, ref := range sy.Status.Inventory {
+		for _, ref := range inventory {
 			deleted, err := r.pruneOne(ctx, c, sy, ref)
+			if isForbiddenRead(err) {
+				r.Recorder.Eventf(sy, nil, corev1.EventTypeWarning, gitopsv1alpha1.ReadForbiddenReason, "Prune",
+					"Orphaning %s: %v", refString(ref), err)
+				continue
+			}
 			if err != nil {
 				errs = append(errs, err)
 				kept = append(kept, ref)

@@ -56,6 +56,14 @@ func (r *Reconciler) checkHealth(ctx context.Context, s *scope, c client.Client,
 				pending = append(pending, refString(refOf(d))+" (not found)")
 				continue
 			}
+			ref := refOf(d)
+			ref.Namespace = key.Namespace
+			err = readError("checking the health of "+refString(ref), err)
+			if isForbiddenRead(err) {
+				// No check is evaluated on an object the identity cannot read.
+				s.fail(gitopsv1alpha1.ReadForbiddenReason, false, "revision %s: %v", s.revision, err)
+				return ctrl.Result{RequeueAfter: s.retryAfter()}, nil
+			}
 			return ctrl.Result{}, err
 		}
 		ok, bad, msg := health(live, checks)

@@ -20,6 +20,7 @@ func TestWaitForHealthWithCEL(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
+	grantCRDs(t, ns, "test.converge.dev")
 	_, h1, _ := setupRepo(t, ns, map[string]string{
 		"app/gadget-crd.yaml": gadgetCRD,
 		"app/gadget.yaml":     "apiVersion: test.converge.dev/v1\nkind: Gadget\nmetadata:\n  name: g\nspec:\n  size: 1\n",

@@ -17,6 +17,7 @@ func TestKustomizeOverGitDaemon(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
+	grantCRDs(t, ns, "test.converge.dev")
 	srv := gittest.NewServer(t)
 	repo := srv.NewRepo(t, "kust")
 	h := repo.Commit(t, "overlay", map[string]string{

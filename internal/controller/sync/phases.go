@@ -113,9 +113,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	c, err := r.clientFor(sy)
+	if errors.Is(err, errNoIdentity) {
+		s.fail(gitopsv1alpha1.ServiceAccountRequiredReason, true, "spec.serviceAccountName: %s",
+			webhookgitops.ServiceAccountRequiredMessage(sy.Namespace))
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	user, _ := r.identity(sy)
+	s.st.actAs(user)
 
 	// Source.
 	dir, revision, res, err := r.source(ctx, s)
@@ -126,8 +133,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	sy.Status.LastAttemptedRevision = revision
 
 	// Dependencies.
-	if ok, msg := r.dependenciesReady(ctx, s, c); !ok {
-		s.fail(gitopsv1alpha1.DependencyNotReadyReason, false, "%s", msg)
+	if ok, reason, msg := r.dependenciesReady(ctx, s, c); !ok {
+		s.fail(reason, false, "%s", msg)
 		return ctrl.Result{RequeueAfter: min(dependencyRequeue, s.retryAfter())}, nil
 	}
 
@@ -177,7 +184,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 
 	// Prune.
 	if err := r.prune(ctx, s, c, desired); err != nil {
-		s.fail(gitopsv1alpha1.PruneFailedReason, false, "revision %s: %v", revision, err)
+		reason := gitopsv1alpha1.PruneFailedReason
+		if isForbiddenRead(err) {
+			reason = gitopsv1alpha1.ReadForbiddenReason
+		}
+		s.fail(reason, false, "revision %s: %v", revision, err)
 		return ctrl.Result{RequeueAfter: s.retryAfter()}, nil
 	}
 	if s.changes.changed() || sy.Status.LastAppliedRevision != revision || sy.Status.LastApplySummary == "" {
@@ -339,9 +350,13 @@ func union(a, b []gitopsv1alpha1.ObjectRef) []gitopsv1alpha1.ObjectRef {
 	return out
 }
 
-// dependenciesReady evaluates spec.dependsOn.
-func (r *Reconciler) dependenciesReady(ctx context.Context, s *scope, c client.Client) (bool, string) {
+// dependenciesReady evaluates spec.dependsOn with the Sync's own client:
+// a dependency its identity may not read is reported as such
+// (ReadForbidden), and its ready expression is never evaluated, so the
+// status says nothing about an object the tenant could not read itself.
+func (r *Reconciler) dependenciesReady(ctx context.Context, s *scope, c client.Client) (ok bool, reason, msg string) {
 	sy := s.sync
+	notReady := gitopsv1alpha1.DependencyNotReadyReason
 	for _, d := range sy.Spec.DependsOn {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion(d.APIVersion)
@@ -352,27 +367,31 @@ func (r *Reconciler) dependenciesReady(ctx context.Context, s *scope, c client.C
 		}
 		name := fmt.Sprintf("%s %s", d.Kind, key)
 		if err := c.Get(ctx, key, u); err != nil {
-			return false, fmt.Sprintf("dependency %s: %v", name, err)
+			err = readError("dependency "+name, err)
+			if isForbiddenRead(err) {
+				return false, gitopsv1alpha1.ReadForbiddenReason, err.Error()
+			}
+			return false, notReady, err.Error()
 		}
 		if d.Ready != "" {
 			p, err := expr.Compile(d.Ready)
 			if err != nil {
-				return false, fmt.Sprintf("dependency %s: %v", name, err)
+				return false, notReady, fmt.Sprintf("dependency %s: %v", name, err)
 			}
 			ok, err := p.Eval(u.Object)
 			if err != nil {
-				return false, fmt.Sprintf("dependency %s: %v", name, err)
+				return false, notReady, fmt.Sprintf("dependency %s: %v", name, err)
 			}
 			if !ok {
-				return false, fmt.Sprintf("dependency %s is not ready: %s is false", name, d.Ready)
+				return false, notReady, fmt.Sprintf("dependency %s is not ready: %s is false", name, d.Ready)
 			}
 			continue
 		}
 		if !readyCondition(u) {
-			return false, fmt.Sprintf("dependency %s is not ready (its Ready condition is not True for the current generation)", name)
+			return false, notReady, fmt.Sprintf("dependency %s is not ready (its Ready condition is not True for the current generation)", name)
 		}
 	}
-	return true, ""
+	return true, "", ""
 }
 
 // readyCondition: Ready=True and, when reported, observedGeneration current.

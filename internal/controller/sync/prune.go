@@ -94,7 +94,7 @@ func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			return false, nil
 		}
-		return false, fmt.Errorf("reading %s before pruning: %w", refString(ref), err)
+		return false, readError("reading "+refString(ref)+" before pruning", err)
 	}
 	if !m.DeletionTimestamp.IsZero() {
 		return false, nil
@@ -130,7 +130,7 @@ func (r *Reconciler) existing(ctx context.Context, c client.Client, refs []gitop
 			out = append(out, ref)
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		default:
-			return nil, fmt.Errorf("reading %s before pruning: %w", refString(ref), err)
+			return nil, readError("reading "+refString(ref)+" before pruning", err)
 		}
 	}
 	return out, nil

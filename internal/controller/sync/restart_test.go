@@ -24,6 +24,7 @@ func startShardManager(t *testing.T, key string) (stop func()) {
 		o.ShardKey = key
 		o.GracefulShutdownTimeout = 10 * time.Second
 		o.GitOps.CacheDir = t.TempDir()
+		chartGitOps(o)
 	})
 	return func() {
 		if err := stopMgr(); err != nil {

@@ -71,6 +71,9 @@ type syncState struct {
 	waitSince    time.Time
 	// driftSeen is when a watch saw an object change, for the latency metric.
 	driftSeen map[objKey]time.Time
+	// identity is the user the records were applied as ("" for the
+	// manager).
+	identity string
 }
 
 func newSyncState() *syncState {
@@ -94,6 +97,18 @@ func (st *syncState) drop(k objKey) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.records, k)
+}
+
+// actAs forgets the records when the Sync now acts as another user: every
+// object is then applied again, so a new identity proves it may write each
+// one instead of inheriting what an earlier identity wrote.
+func (st *syncState) actAs(user string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.identity != user {
+		st.identity = user
+		st.records = map[objKey]record{}
+	}
 }
 
 func (st *syncState) sawDrift(k objKey, t time.Time) {

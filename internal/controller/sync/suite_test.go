@@ -1,6 +1,7 @@
 package sync_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,12 +27,65 @@ var env *testenv.Environment
 
 // One control plane for the package; no kube-controller-manager or nodes:
 // Syncs in these tests apply ConfigMaps, Secrets and CRDs.
+//
+// The manager runs as the chart runs it: in lockdown, with Syncs that name
+// no service account acting as the "default" ServiceAccount of their
+// namespace. Every test namespace grants that ServiceAccount the documented
+// tenant rights there (converge-edit plus the core kinds of the built-in
+// edit role) and nothing else, so every test proves that the documented
+// RBAC suffices.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
-		// Go's http.Server.Shutdown waits up to 5s for a connection the API
-		// server just opened to the webhook server; leave room for it.
-		o.GracefulShutdownTimeout = 15 * time.Second
-	}}, &env))
+	os.Exit(testenv.Main(m, testenv.Options{
+		Manager: func(o *setup.Options) {
+			// Go's http.Server.Shutdown waits up to 5s for a connection the API
+			// server just opened to the webhook server; leave room for it.
+			o.GracefulShutdownTimeout = 15 * time.Second
+			chartGitOps(o)
+		},
+		OnNewNamespace: func(t testing.TB, e *testenv.Environment, ns string) {
+			e.GrantTenant(t, ns, tenantSA)
+		},
+	}, &env))
+}
+
+// tenantSA is the ServiceAccount the suite's Syncs act as.
+const tenantSA = "default"
+
+// chartGitOps configures the GitOps controllers as the chart does by
+// default.
+func chartGitOps(o *setup.Options) {
+	o.GitOps.Lockdown = true
+	o.GitOps.DefaultServiceAccount = tenantSA
+}
+
+// grantCRDs lets the tenant ServiceAccount of ns install CustomResource
+// Definitions (cluster-scoped, so a ClusterRoleBinding: what a platform
+// team's Sync needs, beyond a tenant's rights) and use the kinds of group
+// in ns.
+func grantCRDs(t *testing.T, ns, group string) {
+	t.Helper()
+	ctx := t.Context()
+	name := "crd-installer-" + ns
+	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"},
+		Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}
+	subj := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: tenantSA}}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "custom-kinds"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{group}, Resources: []string{"widgets", "gadgets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "custom-kinds"}, Subjects: subj,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}}
+	for _, o := range []client.Object{cr, crb, role, rb} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("granting CRDs to the tenant of %s: %v", ns, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_ = env.Client.Delete(ctx, crb)
+		_ = env.Client.Delete(ctx, cr)
+	})
 }
 
 func configMap(name string, data map[string]string) string {

@@ -31,7 +31,13 @@ const (
 )
 
 // Sync defaults and validates Syncs.
-type Sync struct{}
+type Sync struct {
+	// RequireServiceAccount refuses a Sync that names no
+	// spec.serviceAccountName: the manager runs in lockdown without a
+	// default service account, so such a Sync could only act as the
+	// manager.
+	RequireServiceAccount bool
+}
 
 // SetupWithManager registers the webhooks with the manager's webhook server.
 func (w Sync) SetupWithManager(mgr ctrl.Manager) error {
@@ -76,16 +82,36 @@ func DefaultSync(s *gitopsv1alpha1.Sync) {
 }
 
 // ValidateCreate checks a new Sync.
-func (Sync) ValidateCreate(_ context.Context, s *gitopsv1alpha1.Sync) (admission.Warnings, error) {
-	return nil, invalid(syncKind, s.Name, ValidateSyncSpec(s, field.NewPath("spec")))
+func (w Sync) ValidateCreate(_ context.Context, s *gitopsv1alpha1.Sync) (admission.Warnings, error) {
+	return nil, invalid(syncKind, s.Name, w.validate(s))
 }
 
 // ValidateUpdate checks a changed spec; metadata-only changes always pass.
-func (Sync) ValidateUpdate(_ context.Context, old, s *gitopsv1alpha1.Sync) (admission.Warnings, error) {
+func (w Sync) ValidateUpdate(_ context.Context, old, s *gitopsv1alpha1.Sync) (admission.Warnings, error) {
 	if apiequality.Semantic.DeepEqual(old.Spec, s.Spec) {
 		return nil, nil
 	}
-	return nil, invalid(syncKind, s.Name, ValidateSyncSpec(s, field.NewPath("spec")))
+	return nil, invalid(syncKind, s.Name, w.validate(s))
+}
+
+func (w Sync) validate(s *gitopsv1alpha1.Sync) field.ErrorList {
+	p := field.NewPath("spec")
+	errs := ValidateSyncSpec(s, p)
+	if w.RequireServiceAccount && s.Spec.ServiceAccountName == "" {
+		errs = append(errs, field.Required(p.Child("serviceAccountName"), ServiceAccountRequiredMessage(s.Namespace)))
+	}
+	return errs
+}
+
+// ServiceAccountRequiredMessage says why a Sync without a service account
+// is refused in lockdown and how to grant one rights; the webhook and the
+// controller (for Syncs stored while the webhook was off) both use it.
+func ServiceAccountRequiredMessage(namespace string) string {
+	return fmt.Sprintf("the manager runs in lockdown (--gitops-lockdown) with no default service account, so a Sync never acts as the manager: "+
+		"name a ServiceAccount of namespace %[1]s that holds exactly what the Sync applies and reads, e.g. "+
+		"kubectl -n %[1]s create serviceaccount deployer && "+
+		"kubectl -n %[1]s create rolebinding deployer --clusterrole=edit --serviceaccount=%[1]s:deployer, "+
+		"then set spec.serviceAccountName: deployer (or ask the cluster admin for --gitops-default-service-account)", namespace)
 }
 
 // ValidateDelete allows every deletion.

@@ -119,3 +119,33 @@ func TestResolvePruneLimit(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(Equal(3))
 }
+
+// TestSyncWebhookLockdown: in lockdown without a default service account a
+// Sync must name one; the refusal names the field and how to grant rights.
+func TestSyncWebhookLockdown(t *testing.T) {
+	g := NewWithT(t)
+	s := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"},
+		Spec: gitopsv1alpha1.SyncSpec{SourceRef: gitopsv1alpha1.SourceReference{Name: "repo"}, Prune: ptr.To(true)}}
+	DefaultSync(s)
+
+	_, err := Sync{}.ValidateCreate(t.Context(), s)
+	g.Expect(err).NotTo(HaveOccurred(), "outside lockdown the manager's identity is allowed")
+
+	locked := Sync{RequireServiceAccount: true}
+	_, err = locked.ValidateCreate(t.Context(), s)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.serviceAccountName: Required value")))
+	g.Expect(err).To(MatchError(ContainSubstring("create rolebinding deployer --clusterrole=edit --serviceaccount=team-a:deployer")))
+
+	changed := s.DeepCopy()
+	changed.Spec.Path = "other"
+	_, err = locked.ValidateUpdate(t.Context(), s, changed)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.serviceAccountName")), "a changed spec must name one too")
+	relabelled := s.DeepCopy()
+	relabelled.Labels = map[string]string{"a": "b"}
+	_, err = locked.ValidateUpdate(t.Context(), s, relabelled)
+	g.Expect(err).NotTo(HaveOccurred(), "metadata-only changes always pass")
+
+	changed.Spec.ServiceAccountName = "deployer"
+	_, err = locked.ValidateUpdate(t.Context(), s, changed)
+	g.Expect(err).NotTo(HaveOccurred())
+}
