@@ -34,12 +34,12 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 				o.ControlPlane.BinDir = defaultBinDir()
 			}
 			logDir := filepath.Join(o.ControlPlane.DataDir, "logs")
-			if err := os.MkdirAll(logDir, 0o755); err != nil {
+			if err := os.MkdirAll(logDir, 0o700); err != nil {
 				return fmt.Errorf("creating %s: %w", logDir, err)
 			}
 			var logOut io.Writer = os.Stderr
 			if !verbose {
-				f, err := os.OpenFile(filepath.Join(logDir, "converge-manager.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+				f, err := os.OpenFile(filepath.Join(logDir, "converge-manager.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 				if err != nil {
 					return fmt.Errorf("opening manager log: %w", err)
 				}

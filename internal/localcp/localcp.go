@@ -2,6 +2,8 @@ package localcp
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -129,7 +131,11 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 
 	// kube-apiserver spends its first seconds building its API before it
 	// dials etcd (and retries until etcd answers), so both start at once.
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cfg.EtcdPort)
+	etcdURL := cp.EtcdURL()
+	etcdClient, err := cp.etcdHTTPClient()
+	if err != nil {
+		return nil, err
+	}
 	etcd, api := cp.etcd(etcdURL), cp.apiserver(etcdURL)
 	for _, p := range []*process{etcd, api} {
 		cfg.Progress("starting %s", p.name)
@@ -138,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		}
 	}
 	if err := cp.waitFor(ctx, etcd, func(ctx context.Context) error {
-		return waitHTTP(ctx, etcdURL+"/health", http.DefaultClient)
+		return waitHTTP(ctx, etcdURL+"/health", etcdClient)
 	}); err != nil {
 		return nil, err
 	}
@@ -278,6 +284,49 @@ func (cp *ControlPlane) URL() string {
 	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.APIServerPort)
 }
 
+// EtcdURL is etcd's client address. It serves HTTPS and accepts only client
+// certificates signed by the etcd CA (EtcdClientTLS).
+func (cp *ControlPlane) EtcdURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort)
+}
+
+// EtcdClientTLS returns a TLS configuration that trusts etcd's serving
+// certificate and presents the API server's etcd client certificate: the
+// only client etcd accepts.
+func (cp *ControlPlane) EtcdClientTLS() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(cp.pki.path(etcdClientCertFile), cp.pki.path(etcdClientKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("loading the etcd client certificate: %w", err)
+	}
+	roots, err := cp.EtcdCA()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
+}
+
+// EtcdCA returns the pool holding the etcd CA, which signs etcd's serving
+// certificate.
+func (cp *ControlPlane) EtcdCA() (*x509.CertPool, error) {
+	ca, err := os.ReadFile(cp.pki.path(etcdCACertFile))
+	if err != nil {
+		return nil, fmt.Errorf("reading the etcd CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no certificate", cp.pki.path(etcdCACertFile))
+	}
+	return roots, nil
+}
+
+func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
+	tc, err := cp.EtcdClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 5 * time.Second}, nil
+}
+
 // DataDir is the absolute data directory.
 func (cp *ControlPlane) DataDir() string { return cp.cfg.DataDir }
 
@@ -329,9 +378,23 @@ func (cp *ControlPlane) newProcess(name string, args ...string) *process {
 	}
 }
 
+// etcd serves clients and its (single) peer over TLS on loopback, and
+// accepts only certificates signed by the etcd CA: without it, any local user
+// could read and write every object, Secrets included. There is no separate
+// metrics listener; /metrics and /health on the client port need a client
+// certificate like everything else there.
 func (cp *ControlPlane) etcd(clientURL string) *process {
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", cp.cfg.EtcdPort+1)
+	p := cp.pki.path
+	peerURL := fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort+1)
 	args := []string{
+		"--cert-file=" + p(etcdServerCertFile),
+		"--key-file=" + p(etcdServerKeyFile),
+		"--trusted-ca-file=" + p(etcdCACertFile),
+		"--client-cert-auth=true",
+		"--peer-cert-file=" + p(etcdServerCertFile),
+		"--peer-key-file=" + p(etcdServerKeyFile),
+		"--peer-trusted-ca-file=" + p(etcdCACertFile),
+		"--peer-client-cert-auth=true",
 		"--name=converge",
 		"--data-dir=" + filepath.Join(cp.cfg.DataDir, "etcd"),
 		"--listen-client-urls=" + clientURL,
@@ -359,6 +422,9 @@ func (cp *ControlPlane) apiserver(etcdURL string) *process {
 	}
 	return cp.newProcess(APIServer,
 		"--etcd-servers="+etcdURL,
+		"--etcd-cafile="+p(etcdCACertFile),
+		"--etcd-certfile="+p(etcdClientCertFile),
+		"--etcd-keyfile="+p(etcdClientKeyFile),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		// 1.37 refuses a loopback address for the kubernetes Service's
@@ -412,7 +478,7 @@ func (cp *ControlPlane) scheduler() *process {
 
 func (cp *ControlPlane) kwok() (*process, error) {
 	stages := filepath.Join(cp.cfg.DataDir, "kwok-stages.yaml")
-	if err := writeFileAtomic(stages, kwokStages, 0o644); err != nil {
+	if err := writeFileAtomic(stages, kwokStages, 0o600); err != nil {
 		return nil, err
 	}
 	return cp.newProcess(Kwok,
