@@ -19,14 +19,14 @@ import (
 
 // PKI file names inside <data-dir>/pki.
 const (
-	caCertFile        = "ca.crt"
-	caKeyFile         = "ca.key"
-	servingCertFile   = "apiserver.crt"
-	servingKeyFile    = "apiserver.key"
-	adminCertFile     = "admin.crt"
-	adminKeyFile      = "admin.key"
-	saKeyFile         = "sa.key"
-	saPubFile         = "sa.pub"
+	caCertFile      = "ca.crt"
+	caKeyFile       = "ca.key"
+	servingCertFile = "apiserver.crt"
+	servingKeyFile  = "apiserver.key"
+	adminCertFile   = "admin.crt"
+	adminKeyFile    = "admin.key"
+	saKeyFile       = "sa.key"
+	saPubFile       = "sa.pub"
 	// etcd has a CA of its own, as kubeadm sets it up: a certificate the
 	// cluster CA signs (a user's, a node's) must never open etcd.
 	etcdCACertFile       = "etcd-ca.crt"
@@ -36,10 +36,10 @@ const (
 	etcdClientCertFile   = "apiserver-etcd-client.crt"
 	etcdClientKeyFile    = "apiserver-etcd-client.key"
 	etcdClientCommonName = "kube-apiserver-etcd-client"
-	leafValidity      = 365 * 24 * time.Hour
-	caValidity        = 10 * 365 * 24 * time.Hour
-	renewBeforeExpiry = 30 * 24 * time.Hour
-	adminUser         = "converge-admin"
+	leafValidity         = 365 * 24 * time.Hour
+	caValidity           = 10 * 365 * 24 * time.Hour
+	renewBeforeExpiry    = 30 * 24 * time.Hour
+	adminUser            = "converge-admin"
 )
 
 // pki holds the paths of the control plane's certificates and keys.
