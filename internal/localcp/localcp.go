@@ -290,6 +290,12 @@ func (cp *ControlPlane) EtcdURL() string {
 	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort)
 }
 
+// EtcdPeerURL is etcd's peer address (TLS, peer certificates from the etcd
+// CA only).
+func (cp *ControlPlane) EtcdPeerURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort+1)
+}
+
 // EtcdClientTLS returns a TLS configuration that trusts etcd's serving
 // certificate and presents the API server's etcd client certificate: the
 // only client etcd accepts.
@@ -385,7 +391,7 @@ func (cp *ControlPlane) newProcess(name string, args ...string) *process {
 // certificate like everything else there.
 func (cp *ControlPlane) etcd(clientURL string) *process {
 	p := cp.pki.path
-	peerURL := fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort+1)
+	peerURL := cp.EtcdPeerURL()
 	args := []string{
 		"--cert-file=" + p(etcdServerCertFile),
 		"--key-file=" + p(etcdServerKeyFile),
