@@ -67,6 +67,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "controllers to run: '*', 'name', '-name'")
 	f.StringVar(&o.Manager.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:8080", "metrics endpoint address; '0' disables")
 	f.StringVar(&o.Manager.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", "address of /healthz and /readyz; '0' disables")
+	f.StringVar(&o.Manager.Receiver.BindAddress, "receiver-bind-address", "127.0.0.1:9292", "address of the push webhook receiver (plain HTTP); '0' disables")
 	f.StringVar(&o.Manager.BackupDir, "backup-dir", "", "backup store of the backup-before-delete controller (default: <data-dir>/backups)")
 	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
