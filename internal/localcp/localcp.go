@@ -372,7 +372,7 @@ func (cp *ControlPlane) writeKubeconfig() error {
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig: %w", err)
 	}
-	return writeFileAtomic(cp.KubeconfigPath(), data, 0o600)
+	return writePrivateFile(cp.KubeconfigPath(), data)
 }
 
 func (cp *ControlPlane) newProcess(name string, args ...string) *process {
@@ -484,7 +484,7 @@ func (cp *ControlPlane) scheduler() *process {
 
 func (cp *ControlPlane) kwok() (*process, error) {
 	stages := filepath.Join(cp.cfg.DataDir, "kwok-stages.yaml")
-	if err := writeFileAtomic(stages, kwokStages, 0o600); err != nil {
+	if err := writePrivateFile(stages, kwokStages); err != nil {
 		return nil, err
 	}
 	return cp.newProcess(Kwok,

@@ -195,10 +195,10 @@ func (p pki) ensureSAKey() error {
 	if err != nil {
 		return fmt.Errorf("encoding service-account public key: %w", err)
 	}
-	if err := writeFileAtomic(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
+	if err := writePrivateFile(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})); err != nil {
 		return err
 	}
-	return writeFileAtomic(p.path(saKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+	return writePrivateFile(p.path(saKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 }
 
 func sign(tmpl *x509.Certificate, pub crypto.PublicKey, parent *x509.Certificate, parentKey crypto.Signer, validity time.Duration) (*x509.Certificate, error) {
@@ -253,17 +253,19 @@ func writePair(certPath, keyPath string, cert *x509.Certificate, key crypto.Sign
 	if err != nil {
 		return fmt.Errorf("encoding key: %w", err)
 	}
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := writePrivateFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
 		return err
 	}
-	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600)
+	return writePrivateFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
 }
 
-// writeFileAtomic writes through a temporary file and a rename, so that a
-// crash or a full disk never leaves a half-written file behind.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+// writePrivateFile writes a file only its owner may read (0600), through a
+// temporary file and a rename, so that a crash or a full disk never leaves a
+// half-written file behind. Everything localcp writes is private (see
+// restrictDataDir).
+func writePrivateFile(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

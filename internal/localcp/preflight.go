@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -85,7 +86,7 @@ func checkDataDir(dir string) error {
 				"%s holds etcd data but no %s: it was not made by converge", dir, dataInfoFile)
 		}
 		out, _ := json.MarshalIndent(want, "", "  ")
-		return writeFileAtomic(path, append(out, '\n'), 0o600)
+		return writePrivateFile(path, append(out, '\n'))
 	case err != nil:
 		return &UserError{Problem: "cannot read " + path, Err: err}
 	}
@@ -112,17 +113,24 @@ func restrictDataDir(dir string) error {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
+	// Inside an os.Root, so that a symlink in the data directory cannot
+	// point the chmods elsewhere.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
 	for _, name := range []string{"etcd", "pki", "logs", "webhook", dataInfoFile, "kubeconfig", "kwok-stages.yaml"} {
-		err := filepath.WalkDir(filepath.Join(dir, name), func(path string, d os.DirEntry, err error) error {
+		err := fs.WalkDir(root.FS(), name, func(path string, d fs.DirEntry, err error) error {
 			switch {
-			case errors.Is(err, os.ErrNotExist):
+			case errors.Is(err, fs.ErrNotExist):
 				return nil
 			case err != nil:
 				return err
 			case d.IsDir():
-				return os.Chmod(path, 0o700)
+				return root.Chmod(path, 0o700)
 			case d.Type().IsRegular():
-				return os.Chmod(path, 0o600)
+				return root.Chmod(path, 0o600)
 			}
 			return nil
 		})
