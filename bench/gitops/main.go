@@ -19,7 +19,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/http"
@@ -46,6 +45,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
+	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -66,7 +66,11 @@ func main() {
 		os.Exit(1)
 	}
 	step("starting the control plane")
-	env, err := testenv.Start(ctx, testenv.Options{})
+	// The pushes measure latency, not the receiver's rate limits.
+	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
+		o.Receiver.SourceRate, o.Receiver.SourceBurst = 1000, 1000
+		o.Receiver.Rate, o.Receiver.Burst = 1000, 1000
+	}})
 	if err != nil {
 		fail(err)
 	}
@@ -404,8 +408,8 @@ func (b *bench) pushes(n int) ([]time.Duration, error) {
 	if err := b.c.Create(b.ctx, s); err != nil {
 		return nil, err
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d/hook/gitrepository/%s/repo", b.env.WebhookPort, ns)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // local self-signed webhook certificate
+	url := fmt.Sprintf("%s/hook/gitrepository/%s/repo", b.env.ReceiverURL, ns)
+	hc := &http.Client{}
 	wait := func(v string, since time.Time) error {
 		for {
 			cm := &corev1.ConfigMap{}
