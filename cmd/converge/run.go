@@ -69,6 +69,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the Lease (the shard key is appended)")
 	addBudgetFlags(f, &o)
 	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
+	f.StringVar(&o.Receiver.BindAddress, "receiver-bind-address", o.Receiver.BindAddress, "address of the push webhook receiver (plain HTTP; put TLS in front); '0' disables")
 	f.IntVar(&webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
 	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")
 	f.StringVar(&o.Webhook.CertSecret, "webhook-cert-secret", "", "keep the webhook certificate in this Secret ([namespace/]name; watched, rotated without restart)")

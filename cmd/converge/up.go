@@ -34,12 +34,12 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 				o.ControlPlane.BinDir = defaultBinDir()
 			}
 			logDir := filepath.Join(o.ControlPlane.DataDir, "logs")
-			if err := os.MkdirAll(logDir, 0o755); err != nil {
+			if err := os.MkdirAll(logDir, 0o700); err != nil {
 				return fmt.Errorf("creating %s: %w", logDir, err)
 			}
 			var logOut io.Writer = os.Stderr
 			if !verbose {
-				f, err := os.OpenFile(filepath.Join(logDir, "converge-manager.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+				f, err := os.OpenFile(filepath.Join(logDir, "converge-manager.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 				if err != nil {
 					return fmt.Errorf("opening manager log: %w", err)
 				}
@@ -67,6 +67,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.StringSliceVar(&o.Manager.Controllers, "controllers", o.Manager.Controllers, "controllers to run: '*', 'name', '-name'")
 	f.StringVar(&o.Manager.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:8080", "metrics endpoint address; '0' disables")
 	f.StringVar(&o.Manager.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", "address of /healthz and /readyz; '0' disables")
+	f.StringVar(&o.Manager.Receiver.BindAddress, "receiver-bind-address", "127.0.0.1:9292", "address of the push webhook receiver (plain HTTP); '0' disables")
 	f.StringVar(&o.Manager.BackupDir, "backup-dir", "", "backup store of the backup-before-delete controller (default: <data-dir>/backups)")
 	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
 	addBudgetFlags(f, &o.Manager)

@@ -2,6 +2,8 @@ package localcp
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -132,7 +134,11 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 
 	// kube-apiserver spends its first seconds building its API before it
 	// dials etcd (and retries until etcd answers), so both start at once.
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cfg.EtcdPort)
+	etcdURL := cp.EtcdURL()
+	etcdClient, err := cp.etcdHTTPClient()
+	if err != nil {
+		return nil, err
+	}
 	etcd, api := cp.etcd(etcdURL), cp.apiserver(etcdURL)
 	for _, p := range []*process{etcd, api} {
 		cfg.Progress("starting %s", p.name)
@@ -141,7 +147,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		}
 	}
 	if err := cp.waitFor(ctx, etcd, func(ctx context.Context) error {
-		return waitHTTP(ctx, etcdURL+"/health", http.DefaultClient)
+		return waitHTTP(ctx, etcdURL+"/health", etcdClient)
 	}); err != nil {
 		return nil, err
 	}
@@ -281,6 +287,55 @@ func (cp *ControlPlane) URL() string {
 	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.APIServerPort)
 }
 
+// EtcdURL is etcd's client address. It serves HTTPS and accepts only client
+// certificates signed by the etcd CA (EtcdClientTLS).
+func (cp *ControlPlane) EtcdURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort)
+}
+
+// EtcdPeerURL is etcd's peer address (TLS, peer certificates from the etcd
+// CA only).
+func (cp *ControlPlane) EtcdPeerURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.cfg.EtcdPort+1)
+}
+
+// EtcdClientTLS returns a TLS configuration that trusts etcd's serving
+// certificate and presents the API server's etcd client certificate: the
+// only client etcd accepts.
+func (cp *ControlPlane) EtcdClientTLS() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(cp.pki.path(etcdClientCertFile), cp.pki.path(etcdClientKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("loading the etcd client certificate: %w", err)
+	}
+	roots, err := cp.EtcdCA()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
+}
+
+// EtcdCA returns the pool holding the etcd CA, which signs etcd's serving
+// certificate.
+func (cp *ControlPlane) EtcdCA() (*x509.CertPool, error) {
+	ca, err := os.ReadFile(cp.pki.path(etcdCACertFile))
+	if err != nil {
+		return nil, fmt.Errorf("reading the etcd CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no certificate", cp.pki.path(etcdCACertFile))
+	}
+	return roots, nil
+}
+
+func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
+	tc, err := cp.EtcdClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 5 * time.Second}, nil
+}
+
 // DataDir is the absolute data directory.
 func (cp *ControlPlane) DataDir() string { return cp.cfg.DataDir }
 
@@ -320,7 +375,7 @@ func (cp *ControlPlane) writeKubeconfig() error {
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig: %w", err)
 	}
-	return writeFileAtomic(cp.KubeconfigPath(), data, 0o600)
+	return writePrivateFile(cp.KubeconfigPath(), data)
 }
 
 func (cp *ControlPlane) newProcess(name string, args ...string) *process {
@@ -332,9 +387,23 @@ func (cp *ControlPlane) newProcess(name string, args ...string) *process {
 	}
 }
 
+// etcd serves clients and its (single) peer over TLS on loopback, and
+// accepts only certificates signed by the etcd CA: without it, any local user
+// could read and write every object, Secrets included. There is no separate
+// metrics listener; /metrics and /health on the client port need a client
+// certificate like everything else there.
 func (cp *ControlPlane) etcd(clientURL string) *process {
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", cp.cfg.EtcdPort+1)
+	p := cp.pki.path
+	peerURL := cp.EtcdPeerURL()
 	args := []string{
+		"--cert-file=" + p(etcdServerCertFile),
+		"--key-file=" + p(etcdServerKeyFile),
+		"--trusted-ca-file=" + p(etcdCACertFile),
+		"--client-cert-auth=true",
+		"--peer-cert-file=" + p(etcdServerCertFile),
+		"--peer-key-file=" + p(etcdServerKeyFile),
+		"--peer-trusted-ca-file=" + p(etcdCACertFile),
+		"--peer-client-cert-auth=true",
 		"--name=converge",
 		"--data-dir=" + filepath.Join(cp.cfg.DataDir, "etcd"),
 		"--listen-client-urls=" + clientURL,
@@ -362,6 +431,9 @@ func (cp *ControlPlane) apiserver(etcdURL string) *process {
 	}
 	return cp.newProcess(APIServer,
 		"--etcd-servers="+etcdURL,
+		"--etcd-cafile="+p(etcdCACertFile),
+		"--etcd-certfile="+p(etcdClientCertFile),
+		"--etcd-keyfile="+p(etcdClientKeyFile),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		// 1.37 refuses a loopback address for the kubernetes Service's
@@ -416,7 +488,7 @@ func (cp *ControlPlane) scheduler() *process {
 
 func (cp *ControlPlane) kwok() (*process, error) {
 	stages := filepath.Join(cp.cfg.DataDir, "kwok-stages.yaml")
-	if err := writeFileAtomic(stages, kwokStages, 0o644); err != nil {
+	if err := writePrivateFile(stages, kwokStages); err != nil {
 		return nil, err
 	}
 	return cp.newProcess(Kwok,

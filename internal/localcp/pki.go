@@ -19,18 +19,27 @@ import (
 
 // PKI file names inside <data-dir>/pki.
 const (
-	caCertFile        = "ca.crt"
-	caKeyFile         = "ca.key"
-	servingCertFile   = "apiserver.crt"
-	servingKeyFile    = "apiserver.key"
-	adminCertFile     = "admin.crt"
-	adminKeyFile      = "admin.key"
-	saKeyFile         = "sa.key"
-	saPubFile         = "sa.pub"
-	leafValidity      = 365 * 24 * time.Hour
-	caValidity        = 10 * 365 * 24 * time.Hour
-	renewBeforeExpiry = 30 * 24 * time.Hour
-	adminUser         = "converge-admin"
+	caCertFile      = "ca.crt"
+	caKeyFile       = "ca.key"
+	servingCertFile = "apiserver.crt"
+	servingKeyFile  = "apiserver.key"
+	adminCertFile   = "admin.crt"
+	adminKeyFile    = "admin.key"
+	saKeyFile       = "sa.key"
+	saPubFile       = "sa.pub"
+	// etcd has a CA of its own, as kubeadm sets it up: a certificate the
+	// cluster CA signs (a user's, a node's) must never open etcd.
+	etcdCACertFile       = "etcd-ca.crt"
+	etcdCAKeyFile        = "etcd-ca.key"
+	etcdServerCertFile   = "etcd-server.crt"
+	etcdServerKeyFile    = "etcd-server.key"
+	etcdClientCertFile   = "apiserver-etcd-client.crt"
+	etcdClientKeyFile    = "apiserver-etcd-client.key"
+	etcdClientCommonName = "kube-apiserver-etcd-client"
+	leafValidity         = 365 * 24 * time.Hour
+	caValidity           = 10 * 365 * 24 * time.Hour
+	renewBeforeExpiry    = 30 * 24 * time.Hour
+	adminUser            = "converge-admin"
 )
 
 // pki holds the paths of the control plane's certificates and keys.
@@ -41,13 +50,19 @@ type pki struct {
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
 
 // ensure creates what is missing and renews leaf certificates close to expiry.
-// The CA and the service-account key are created once and never replaced, so
-// that kubeconfigs and service-account tokens stay valid across restarts.
+// The CAs and the service-account key are created once and never replaced, so
+// that kubeconfigs and service-account tokens stay valid across restarts. A
+// data directory of an older converge, without the etcd CA and certificates,
+// gets them on its next start. Every file is 0600 and the directory 0700,
+// also when an older converge made them more open.
 func (p pki) ensure() error {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return fmt.Errorf("creating PKI directory: %w", err)
 	}
-	ca, caKey, err := p.loadOrCreateCA()
+	if err := os.Chmod(p.dir, 0o700); err != nil {
+		return fmt.Errorf("restricting PKI directory: %w", err)
+	}
+	ca, caKey, err := p.loadOrCreateCA(caCertFile, caKeyFile, "converge-local-ca")
 	if err != nil {
 		return err
 	}
@@ -68,11 +83,58 @@ func (p pki) ensure() error {
 	if err := p.ensureLeaf(adminCertFile, adminKeyFile, admin, ca, caKey); err != nil {
 		return err
 	}
-	return p.ensureSAKey()
+	if err := p.ensureEtcd(); err != nil {
+		return err
+	}
+	if err := p.ensureSAKey(); err != nil {
+		return err
+	}
+	return p.restrictFiles()
 }
 
-func (p pki) loadOrCreateCA() (*x509.Certificate, crypto.Signer, error) {
-	cert, key, err := loadPair(p.path(caCertFile), p.path(caKeyFile))
+// ensureEtcd issues etcd's serving certificate (also used between peers) and
+// the API server's etcd client certificate from the etcd CA.
+func (p pki) ensureEtcd() error {
+	ca, caKey, err := p.loadOrCreateCA(etcdCACertFile, etcdCAKeyFile, "converge-etcd-ca")
+	if err != nil {
+		return err
+	}
+	server := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "etcd"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+	}
+	if err := p.ensureLeaf(etcdServerCertFile, etcdServerKeyFile, server, ca, caKey); err != nil {
+		return err
+	}
+	client := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: etcdClientCommonName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	return p.ensureLeaf(etcdClientCertFile, etcdClientKeyFile, client, ca, caKey)
+}
+
+// restrictFiles makes every file of the PKI directory 0600: an older converge
+// wrote certificates 0644.
+func (p pki) restrictFiles() error {
+	entries, err := os.ReadDir(p.dir)
+	if err != nil {
+		return fmt.Errorf("reading PKI directory: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Chmod(p.path(e.Name()), 0o600); err != nil {
+			return fmt.Errorf("restricting %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (p pki) loadOrCreateCA(certFile, keyFile, commonName string) (*x509.Certificate, crypto.Signer, error) {
+	cert, key, err := loadPair(p.path(certFile), p.path(keyFile))
 	if err == nil {
 		return cert, key, nil
 	}
@@ -85,7 +147,7 @@ func (p pki) loadOrCreateCA() (*x509.Certificate, crypto.Signer, error) {
 		return nil, nil, fmt.Errorf("generating CA key: %w", err)
 	}
 	tmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "converge-local-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
@@ -94,7 +156,7 @@ func (p pki) loadOrCreateCA() (*x509.Certificate, crypto.Signer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writePair(p.path(caCertFile), p.path(caKeyFile), cert, key); err != nil {
+	if err := writePair(p.path(certFile), p.path(keyFile), cert, key); err != nil {
 		return nil, nil, err
 	}
 	return cert, key, nil
@@ -133,10 +195,10 @@ func (p pki) ensureSAKey() error {
 	if err != nil {
 		return fmt.Errorf("encoding service-account public key: %w", err)
 	}
-	if err := writeFileAtomic(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+	if err := writePrivateFile(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})); err != nil {
 		return err
 	}
-	return writeFileAtomic(p.path(saKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+	return writePrivateFile(p.path(saKeyFile), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 }
 
 func sign(tmpl *x509.Certificate, pub crypto.PublicKey, parent *x509.Certificate, parentKey crypto.Signer, validity time.Duration) (*x509.Certificate, error) {
@@ -191,17 +253,19 @@ func writePair(certPath, keyPath string, cert *x509.Certificate, key crypto.Sign
 	if err != nil {
 		return fmt.Errorf("encoding key: %w", err)
 	}
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := writePrivateFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
 		return err
 	}
-	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644)
+	return writePrivateFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
 }
 
-// writeFileAtomic writes through a temporary file and a rename, so that a
-// crash or a full disk never leaves a half-written file behind.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+// writePrivateFile writes a file only its owner may read (0600), through a
+// temporary file and a rename, so that a crash or a full disk never leaves a
+// half-written file behind. Everything localcp writes is private (see
+// restrictDataDir).
+func writePrivateFile(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

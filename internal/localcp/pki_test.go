@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-var pkiFiles = []string{caCertFile, caKeyFile, servingCertFile, servingKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile}
+var pkiFiles = []string{caCertFile, caKeyFile, servingCertFile, servingKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile,
+	etcdCACertFile, etcdCAKeyFile, etcdServerCertFile, etcdServerKeyFile, etcdClientCertFile, etcdClientKeyFile}
 
 func readPKIFiles(t *testing.T, p pki) map[string][]byte {
 	t.Helper()
@@ -56,7 +58,7 @@ func TestPKIEnsureCreatesEverything(t *testing.T) {
 	for f, data := range readPKIFiles(t, p) {
 		g.Expect(data).NotTo(BeEmpty(), f)
 	}
-	for _, f := range []string{caKeyFile, servingKeyFile, adminKeyFile, saKeyFile} {
+	for _, f := range pkiFiles {
 		fi, err := os.Stat(p.path(f))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o600)), "%s must be private", f)
@@ -175,6 +177,84 @@ func TestPKICertificates(t *testing.T) {
 		_, err = admin.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 		g.Expect(err).To(HaveOccurred())
 	})
+}
+
+// TestPKIEtcd checks etcd's own CA: its certificates chain to it and not to
+// the cluster CA, and the cluster CA's certificates (the admin's, anything
+// the API server signs) do not chain to it, so they cannot open etcd.
+func TestPKIEtcd(t *testing.T) {
+	g := NewWithT(t)
+	p := pki{dir: filepath.Join(t.TempDir(), "pki")}
+	g.Expect(p.ensure()).To(Succeed())
+	pool := func(name string) *x509.CertPool {
+		roots := x509.NewCertPool()
+		roots.AddCert(parsePKICert(t, p, name))
+		return roots
+	}
+	etcdRoots, clusterRoots := pool(etcdCACertFile), pool(caCertFile)
+	g.Expect(parsePKICert(t, p, etcdCACertFile).Equal(parsePKICert(t, p, caCertFile))).To(BeFalse())
+
+	server := parsePKICert(t, p, etcdServerCertFile)
+	for _, host := range []string{"127.0.0.1", "localhost", "::1"} {
+		_, err := server.Verify(x509.VerifyOptions{DNSName: host, Roots: etcdRoots,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		g.Expect(err).NotTo(HaveOccurred(), host)
+	}
+	// Peers present the serving certificate as their client certificate.
+	_, err := server.Verify(x509.VerifyOptions{Roots: etcdRoots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	client := parsePKICert(t, p, etcdClientCertFile)
+	g.Expect(client.Subject.CommonName).To(Equal(etcdClientCommonName))
+	_, err = client.Verify(x509.VerifyOptions{Roots: etcdRoots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = client.Verify(x509.VerifyOptions{Roots: etcdRoots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	g.Expect(err).To(HaveOccurred(), "the client certificate cannot serve")
+
+	for _, f := range []string{etcdServerCertFile, etcdClientCertFile} {
+		_, err := parsePKICert(t, p, f).Verify(x509.VerifyOptions{Roots: clusterRoots,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		g.Expect(err).To(HaveOccurred(), "%s must not chain to the cluster CA", f)
+	}
+	_, err = parsePKICert(t, p, adminCertFile).Verify(x509.VerifyOptions{Roots: etcdRoots,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	g.Expect(err).To(HaveOccurred(), "the admin certificate must not open etcd")
+}
+
+// TestPKIUpgradeFromDataDirWithoutEtcdCerts starts from the PKI an older
+// converge wrote (no etcd CA, certificates 0644): the etcd files are added,
+// every file is made private, and nothing that existed changes.
+func TestPKIUpgradeFromDataDirWithoutEtcdCerts(t *testing.T) {
+	g := NewWithT(t)
+	p := pki{dir: filepath.Join(t.TempDir(), "pki")}
+	g.Expect(p.ensure()).To(Succeed())
+	old := map[string][]byte{}
+	for _, f := range pkiFiles {
+		if strings.HasPrefix(f, "etcd-") || strings.Contains(f, "etcd-client") {
+			g.Expect(os.Remove(p.path(f))).To(Succeed())
+			continue
+		}
+		g.Expect(os.Chmod(p.path(f), 0o644)).To(Succeed())
+		data, err := os.ReadFile(p.path(f))
+		g.Expect(err).NotTo(HaveOccurred())
+		old[f] = data
+	}
+	g.Expect(os.Chmod(p.dir, 0o755)).To(Succeed())
+	g.Expect(old).To(HaveLen(8))
+
+	g.Expect(p.ensure()).To(Succeed())
+	after := readPKIFiles(t, p)
+	for f, data := range old {
+		g.Expect(after[f]).To(Equal(data), "%s must not change", f)
+	}
+	for _, f := range pkiFiles {
+		fi, err := os.Stat(p.path(f))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o600)), f)
+	}
+	fi, err := os.Stat(p.dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o700)))
 }
 
 func TestPKIUnreadableCA(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,8 +60,12 @@ func checkBinaries(cfg *Config) error {
 }
 
 func checkDataDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return &UserError{Problem: "cannot create data directory " + dir, Err: err, Fix: "pass a writable --data-dir"}
+	}
+	if err := restrictDataDir(dir); err != nil {
+		return &UserError{Problem: "cannot restrict the data directory " + dir + " to its owner", Err: err,
+			Fix: "run converge as the owner of the data directory, or pass another --data-dir"}
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err == nil {
@@ -81,7 +86,7 @@ func checkDataDir(dir string) error {
 				"%s holds etcd data but no %s: it was not made by converge", dir, dataInfoFile)
 		}
 		out, _ := json.MarshalIndent(want, "", "  ")
-		return writeFileAtomic(path, append(out, '\n'), 0o644)
+		return writePrivateFile(path, append(out, '\n'))
 	case err != nil:
 		return &UserError{Problem: "cannot read " + path, Err: err}
 	}
@@ -94,6 +99,44 @@ func checkDataDir(dir string) error {
 		return userErrorf("remove it (this deletes the local cluster), or pass another --data-dir, or use the converge that made it",
 			"data directory %s was made by an incompatible converge (data format %d, Kubernetes %s; this one needs format %d, Kubernetes %s)",
 			dir, got.Format, got.Kubernetes, dataFormat, KubernetesVersion)
+	}
+	return nil
+}
+
+// restrictDataDir makes the data directory and what the control plane keeps
+// in it readable by its owner only (directories 0700, files 0600): etcd's
+// data, the PKI, the kubeconfig, the webhook certificate and the logs. Data
+// directories of an older converge were 0755 with 0644 logs. The directory
+// itself being 0700 already keeps other local users out of everything below
+// it; the modes below are a second fence, for copies and backups.
+func restrictDataDir(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	// Inside an os.Root, so that a symlink in the data directory cannot
+	// point the chmods elsewhere.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
+	for _, name := range []string{"etcd", "pki", "logs", "webhook", dataInfoFile, "kubeconfig", "kwok-stages.yaml"} {
+		err := fs.WalkDir(root.FS(), name, func(path string, d fs.DirEntry, err error) error {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return nil
+			case err != nil:
+				return err
+			case d.IsDir():
+				return root.Chmod(path, 0o700)
+			case d.Type().IsRegular():
+				return root.Chmod(path, 0o600)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

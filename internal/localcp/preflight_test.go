@@ -3,6 +3,7 @@ package localcp
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -120,6 +121,33 @@ func TestCheckDataDirFresh(t *testing.T) {
 	again, err := os.ReadFile(filepath.Join(dir, dataInfoFile))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(data))
+}
+
+// TestCheckDataDirRestrictsModes starts from a data directory as an older
+// converge left it (0755 directories, 0644 logs and files) and checks that
+// everything the control plane keeps there becomes private to its owner.
+func TestCheckDataDirRestrictsModes(t *testing.T) {
+	g := NewWithT(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	writeDataInfo(t, dir, fmt.Sprintf(`{"format": %d, "kubernetes": %q}`, dataFormat, KubernetesVersion))
+	g.Expect(os.Chmod(dir, 0o755)).To(Succeed())
+	files := []string{"logs/etcd.log", "logs/etcd.log.1", "etcd/member/snap/db", "pki/ca.crt", "webhook/tls.crt", "kubeconfig", "kwok-stages.yaml"}
+	for _, f := range files {
+		g.Expect(os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)).To(Succeed())
+		g.Expect(os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644)).To(Succeed())
+	}
+	g.Expect(checkDataDir(dir)).To(Succeed())
+	g.Expect(filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		g.Expect(err).NotTo(HaveOccurred())
+		fi, err := d.Info()
+		g.Expect(err).NotTo(HaveOccurred())
+		want := os.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		g.Expect(fi.Mode().Perm()).To(Equal(want), path)
+		return nil
+	})).To(Succeed())
 }
 
 func TestCheckDataDirExisting(t *testing.T) {

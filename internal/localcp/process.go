@@ -27,14 +27,14 @@ type process struct {
 }
 
 func (p *process) start() error {
-	if err := os.MkdirAll(filepath.Dir(p.logPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p.logPath), 0o700); err != nil {
 		return fmt.Errorf("creating log directory: %w", err)
 	}
 	// Keep the previous run's log beside the new one, for post-mortems.
 	if _, err := os.Stat(p.logPath); err == nil {
 		_ = os.Rename(p.logPath, p.logPath+".1")
 	}
-	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening %s log: %w", p.name, err)
 	}

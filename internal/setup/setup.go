@@ -97,6 +97,10 @@ type Options struct {
 	// GitOps configures the GitRepository and Sync controllers.
 	GitOps GitOpsOptions
 
+	// Receiver configures the push webhook receiver and its listener
+	// (--receiver-bind-address), apart from the admission webhook server.
+	Receiver receiver.Options
+
 	// BackupDir is the backup store of the backup-before-delete controller
 	// (dumps are written under it) and of restores (restoreFrom reads from
 	// it). In-cluster it is a mounted volume (a PVC); `converge up` uses
@@ -195,6 +199,7 @@ func DefaultOptions() Options {
 			Port:       9443,
 			SelfManage: true,
 		},
+		Receiver: receiver.DefaultOptions(),
 	}
 }
 
@@ -302,10 +307,15 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 				return nil, fmt.Errorf("setting up %s webhook: %w", w.name, err)
 			}
 		}
-		// Push webhooks from git hosts (GitHub, GitLab, generic) share the
-		// webhook server's TLS listener.
-		mgr.GetWebhookServer().Register(receiver.PathPrefix, &receiver.Handler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()})
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return nil, err
+		}
+	}
+	if o.Receiver.Enabled() {
+		// Push webhooks from git hosts (GitHub, GitLab, generic) have a
+		// listener of their own, rate-limited, and are verified before any
+		// API read.
+		if _, err := receiver.Setup(ctx, mgr, o.Receiver); err != nil {
 			return nil, err
 		}
 	}

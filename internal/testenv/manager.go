@@ -10,10 +10,10 @@ import (
 )
 
 // StartManager runs one more manager against the environment, built by
-// setup as `converge run` builds it: metrics, probes and webhooks off (the
-// suite's manager serves admission), 5 s graceful shutdown. adjust picks its
-// controllers, shard key and the like; give it a ShardKey so that it does not
-// compete with the suite's manager. The returned stop cancels it abruptly,
+// setup as `converge run` builds it: metrics, probes, webhooks and the push
+// receiver off (the suite's manager serves admission and push webhooks), 5 s
+// graceful shutdown. adjust picks its controllers, shard key and the like;
+// give it a ShardKey so that it does not compete with the suite's manager. The returned stop cancels it abruptly,
 // waits until it has stopped and returns its error (nil when it stopped
 // because of the cancel); it also runs at the end of the test.
 func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (stop func() error) {
@@ -21,6 +21,7 @@ func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (s
 	o := setup.DefaultOptions()
 	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
 	o.Webhook.Disabled = true
+	o.Receiver.BindAddress = "0"
 	o.SkipControllerNameValidation = true
 	o.GracefulShutdownTimeout = 5 * time.Second
 	if adjust != nil {

@@ -28,8 +28,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/localcp"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/up"
@@ -88,6 +91,9 @@ type Environment struct {
 	BinDir string
 	// WebhookPort is the local webhook server's port.
 	WebhookPort int
+	// ReceiverURL is the push webhook receiver's base URL
+	// (http://127.0.0.1:<free port>), unless a suite disabled it.
+	ReceiverURL string
 
 	dataDir        string
 	onNewNamespace func(t testing.TB, e *Environment, ns string)
@@ -157,6 +163,11 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 	mo.MetricsBindAddress, mo.HealthProbeBindAddress, mo.SecureMetrics = "0", "0", false
 	mo.GracefulShutdownTimeout = 5 * time.Second
 	mo.SkipControllerNameValidation = true // a test may start a second environment
+	receiverPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	mo.Receiver.BindAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(receiverPort))
 	if o.Manager != nil {
 		o.Manager(&mo)
 	}
@@ -197,8 +208,15 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 		return nil, err
 	}
 	return &Environment{Platform: p, ControlPlane: p.ControlPlane, Config: cfg, Client: c, Clientset: cs,
-		KubeconfigPath: p.ControlPlane.KubeconfigPath(), BinDir: bin, WebhookPort: port, dataDir: dir,
-		onNewNamespace: o.OnNewNamespace}, nil
+		KubeconfigPath: p.ControlPlane.KubeconfigPath(), BinDir: bin, WebhookPort: port, ReceiverURL: receiverURL(mo.Receiver),
+		dataDir: dir, onNewNamespace: o.OnNewNamespace}, nil
+}
+
+func receiverURL(o receiver.Options) string {
+	if !o.Enabled() {
+		return ""
+	}
+	return "http://" + o.BindAddress
 }
 
 // Stop stops the manager and the control plane and removes the data.

@@ -219,6 +219,9 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 	}
 	_, _ = fmt.Fprintf(out, "  %-24s in this process; controllers: %s; webhooks: %s\n", "converge manager",
 		strings.Join(p.Converge.Enabled, ", "), setup.LocalWebhookURL(o.WebhookPort))
+	if o.Manager.Receiver.Enabled() {
+		_, _ = fmt.Fprintf(out, "  %-24s http://%s/hook/gitrepository/<namespace>/<name>\n", "push webhooks", o.Manager.Receiver.BindAddress)
+	}
 	_, _ = fmt.Fprintf(out, "  %-24s %s (data in %s)\n", "API server", cp.URL(), cp.DataDir())
 	kubectl := "kubectl"
 	if _, err := os.Stat(filepath.Join(o.ControlPlane.BinDir, "kubectl")); err == nil {
@@ -242,6 +245,7 @@ func checkManagerPorts(o Options) error {
 	for _, a := range []struct{ addr, what, flag string }{
 		{o.Manager.MetricsBindAddress, "the metrics endpoint", "--metrics-bind-address"},
 		{o.Manager.HealthProbeBindAddress, "the health probes", "--health-probe-bind-address"},
+		{o.Manager.Receiver.BindAddress, "the push webhook receiver", "--receiver-bind-address"},
 	} {
 		if a.addr == "" || a.addr == "0" {
 			continue

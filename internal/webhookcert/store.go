@@ -75,7 +75,8 @@ func (s DirStore) Load(context.Context) (*Bundle, error) {
 }
 
 // Save implements Store. Files are replaced one by one through renames; the
-// key is written before its certificate.
+// key is written before its certificate. Every file is 0600 (the directory
+// lives in a data directory only its owner may read).
 func (s DirStore) Save(_ context.Context, _, next *Bundle) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", s.Dir, err)
@@ -84,7 +85,7 @@ func (s DirStore) Save(_ context.Context, _, next *Bundle) error {
 		name string
 		data []byte
 		perm os.FileMode
-	}{{keyCAKey, next.CAKey, 0o600}, {keyCACert, next.CACert, 0o644}, {keyKey, next.Key, 0o600}, {keyCert, next.Cert, 0o644}} {
+	}{{keyCAKey, next.CAKey, 0o600}, {keyCACert, next.CACert, 0o600}, {keyKey, next.Key, 0o600}, {keyCert, next.Cert, 0o600}} {
 		p := filepath.Join(s.Dir, f.name)
 		if err := os.WriteFile(p+".tmp", f.data, f.perm); err != nil {
 			return fmt.Errorf("writing %s: %w", p, err)

@@ -78,7 +78,7 @@ func setup(t *testing.T) *env {
 		t.Fatalf("building converge: %v\n%s", err, out)
 	}
 	var ports []string
-	for range 3 {
+	for range 4 {
 		p, err := testenv.FreePort()
 		if err != nil {
 			t.Fatal(err)
@@ -97,7 +97,8 @@ func setup(t *testing.T) *env {
 	}
 	return &env{bin: bin, converge: exe, dataDir: filepath.Join(t.TempDir(), "data"),
 		ports: []string{"--port", ports[0], "--webhook-port", ports[1], "--etcd-port", etcd,
-			"--metrics-bind-address", "127.0.0.1:" + ports[2], "--health-probe-bind-address", "0"}}
+			"--metrics-bind-address", "127.0.0.1:" + ports[2], "--health-probe-bind-address", "0",
+			"--receiver-bind-address", "127.0.0.1:" + ports[3]}}
 }
 
 func (e *env) start(t *testing.T, extra ...string) *upProcess {

@@ -35,6 +35,7 @@ import (
 const (
 	namespace          = "converge-system"
 	webhookService     = "converge-webhook-service"
+	receiverService    = "converge-receiver"
 	webhookCertSecret  = "converge-webhook-cert"
 	managerClusterRole = "converge-manager-role"
 	fieldManager       = "packaging-test"
@@ -74,6 +75,8 @@ func TestRenderingsAreSafe(t *testing.T) {
 			checkRBAC(t, g, root, r.objs)
 			checkTenantRoles(t, g, root, r.objs)
 			checkDeployment(g, r.objs)
+			checkTmp(g, r.objs, "256Mi")
+			checkReceiver(g, r.objs)
 		})
 	}
 }
@@ -213,8 +216,79 @@ func TestHelmValues(t *testing.T) {
 		g := NewWithT(t)
 		objs := template(t, "converge", namespace, "metrics.enabled=false")
 		g.Expect(managerArgs(g, objs)).To(ContainElement("--metrics-bind-address=0"))
-		g.Expect(names(ofKind(objs, "Service"))).To(ConsistOf(webhookService))
+		g.Expect(names(ofKind(objs, "Service"))).To(ConsistOf(webhookService, receiverService))
 	})
+
+	t.Run("receiver disabled", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := template(t, "converge", namespace, "receiver.enabled=false")
+		g.Expect(managerArgs(g, objs)).To(ContainElement("--receiver-bind-address=0"))
+		g.Expect(names(ofKind(objs, "Service"))).NotTo(ContainElement(receiverService))
+		for _, p := range deployment(g, objs).Spec.Template.Spec.Containers[0].Ports {
+			g.Expect(p.Name).NotTo(Equal("receiver"))
+		}
+	})
+
+	t.Run("receiver port and tmp size", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := template(t, "converge", namespace, "receiver.port=8099", "tmp.sizeLimit=1Gi")
+		g.Expect(managerArgs(g, objs)).To(ContainElement("--receiver-bind-address=:8099"))
+		g.Expect(deployment(g, objs).Spec.Template.Spec.Containers[0].Ports).To(ContainElement(
+			corev1.ContainerPort{Name: "receiver", ContainerPort: 8099, Protocol: corev1.ProtocolTCP}))
+		checkTmp(g, objs, "1Gi")
+	})
+}
+
+// checkTmp: the root filesystem is read-only, so /tmp is a size-limited
+// emptyDir and TMPDIR points at it (ssh for ssh GitRepositories and the
+// database clients of backups write temporary files).
+func checkTmp(g Gomega, objs []*unstructured.Unstructured, size string) {
+	pod := deployment(g, objs).Spec.Template.Spec
+	c := pod.Containers[0]
+	g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "TMPDIR", Value: "/tmp"}))
+	var mount *corev1.VolumeMount
+	for i := range c.VolumeMounts {
+		if c.VolumeMounts[i].MountPath == "/tmp" {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	g.Expect(mount).NotTo(BeNil(), "a volume is mounted at /tmp")
+	g.Expect(mount.ReadOnly).To(BeFalse())
+	var vol *corev1.Volume
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == mount.Name {
+			vol = &pod.Volumes[i]
+		}
+	}
+	g.Expect(vol).NotTo(BeNil(), "volume %s", mount.Name)
+	g.Expect(vol.EmptyDir).NotTo(BeNil(), "/tmp is an emptyDir")
+	g.Expect(vol.EmptyDir.SizeLimit).NotTo(BeNil(), "/tmp is size-limited")
+	g.Expect(vol.EmptyDir.SizeLimit.String()).To(Equal(size))
+}
+
+// checkReceiver: push webhooks have their own port, named receiver, and a
+// Service in front of it; the admission webhook Service does not reach it.
+func checkReceiver(g Gomega, objs []*unstructured.Unstructured) {
+	c := deployment(g, objs).Spec.Template.Spec.Containers[0]
+	g.Expect(c.Args).To(ContainElement("--receiver-bind-address=:9292"))
+	g.Expect(c.Ports).To(ContainElement(corev1.ContainerPort{Name: "receiver", ContainerPort: 9292, Protocol: corev1.ProtocolTCP}))
+	var found bool
+	for _, o := range ofKind(objs, "Service") {
+		svc := &corev1.Service{}
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, svc)).To(Succeed())
+		for _, p := range svc.Spec.Ports {
+			if p.TargetPort == intstr.FromString("receiver") || p.TargetPort == intstr.FromInt32(9292) {
+				g.Expect(svc.Name).To(Equal(receiverService), "only the receiver Service targets the receiver port")
+				found = true
+			}
+		}
+		if svc.Name == webhookService {
+			for _, p := range svc.Spec.Ports {
+				g.Expect(p.TargetPort).NotTo(Equal(intstr.FromString("receiver")))
+			}
+		}
+	}
+	g.Expect(found).To(BeTrue(), "a Service targets the receiver port")
 }
 
 // checkNamespaces: every namespaced object is in converge-system, so that

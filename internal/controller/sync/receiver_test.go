@@ -2,7 +2,6 @@ package sync_test
 
 import (
 	"bytes"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"testing"
@@ -32,8 +31,8 @@ func TestReceiverTriggersFetch(t *testing.T) {
 	waitApplied(t, g, ns, "app", h1)
 
 	h2 := repo.Commit(t, "pushed", map[string]string{"app/a.yaml": configMap("a", map[string]string{"v": "2"})})
-	url := fmt.Sprintf("https://127.0.0.1:%d/hook/gitrepository/%s/app", env.WebhookPort, ns)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	url := fmt.Sprintf("%s/hook/gitrepository/%s/app", env.ReceiverURL, ns)
+	hc := &http.Client{}
 	post := func(sig string) int {
 		body := []byte(`{"ref":"refs/heads/main"}`)
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))

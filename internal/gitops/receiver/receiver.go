@@ -4,6 +4,15 @@
 // the GitRepository's gitops.converge.dev/webhook-secret annotation, the
 // GitRepository is asked to fetch at once (converge.dev/reconcile-requested-at).
 // A GitRepository without the annotation is not reachable this way.
+//
+// The receiver has a listener of its own (Server, --receiver-bind-address),
+// apart from the admission webhooks, with timeouts, a body limit and rate
+// limits per source and overall. A request is verified before anything is
+// read from the API server: the GitRepository and its Secret are looked up in
+// the manager's cache (informers it starts with the manager, never because
+// of a request), so a request without the token costs a map lookup and an
+// HMAC, and the only API call the receiver ever makes is the patch of a
+// verified request.
 package receiver
 
 import (
@@ -28,8 +37,7 @@ import (
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 )
 
-// PathPrefix is where the receiver is mounted on the manager's webhook
-// server.
+// PathPrefix is where the receiver serves.
 const PathPrefix = "/hook/"
 
 // SecretAnnotation on a GitRepository names the Secret (same namespace)
@@ -39,10 +47,11 @@ const SecretAnnotation = "gitops.converge.dev/webhook-secret"
 // FieldManager is the field manager of the receiver's writes.
 const FieldManager = "converge-receiver"
 
-// +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories,verbs=get;patch
+// +kubebuilder:rbac:groups=gitops.converge.dev,resources=gitrepositories,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 //
-// The token Secret is read with the per-namespace grant the GitRepository
-// controller needs for secretRef (docs/gitops.md, "Permissions").
+// Secrets are cached cluster-wide, as the database controllers already
+// cache them (docs/security.md, "The push receiver").
 
 // maxBody bounds a webhook payload.
 const maxBody = 1 << 20
@@ -51,8 +60,9 @@ const maxBody = 1 << 20
 type Handler struct {
 	// Client patches GitRepositories.
 	Client client.Client
-	// Reader reads GitRepositories and Secrets (uncached: Secrets are not
-	// cached by the manager).
+	// Reader looks up GitRepositories and Secrets before a request is
+	// verified. It must be the manager's cache, never a reader that reaches
+	// the API server: unauthenticated requests must not cause API reads.
 	Reader client.Reader
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
@@ -70,13 +80,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := types.NamespacedName{Namespace: parts[1], Name: parts[2]}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil || len(body) > maxBody {
-		http.Error(w, "payload too large or unreadable", http.StatusRequestEntityTooLarge)
-		return
-	}
 	ctx := r.Context()
 	log := ctrl.LoggerFrom(ctx).WithValues("GitRepository", key)
+	// Without any signature or token there is nothing to look up.
+	if !hasCredentials(r.Header) {
+		http.Error(w, "no signature or token", http.StatusUnauthorized)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "payload unreadable", http.StatusBadRequest)
+		return
+	}
 	token, err := h.token(ctx, key)
 	if err != nil {
 		// The same answer for "no such object" and "no secret", so the
@@ -111,6 +130,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
+// token looks the token up in the cache (Reader).
 func (h *Handler) token(ctx context.Context, key types.NamespacedName) ([]byte, error) {
 	repo := &gitopsv1alpha1.GitRepository{}
 	if err := h.Reader.Get(ctx, key, repo); err != nil {
@@ -132,6 +152,17 @@ func (h *Handler) token(ctx context.Context, key types.NamespacedName) ([]byte, 
 		return nil, fmt.Errorf("secret %s has no token", name)
 	}
 	return tok, nil
+}
+
+// hasCredentials reports whether the request carries any header Verify
+// checks.
+func hasCredentials(hdr http.Header) bool {
+	for _, k := range []string{"X-Hub-Signature-256", "X-Gitlab-Token", "X-Signature-256"} {
+		if hdr.Get(k) != "" {
+			return true
+		}
+	}
+	return strings.HasPrefix(hdr.Get("Authorization"), "Bearer ")
 }
 
 // Verify checks a webhook against token and names the provider:
