@@ -186,7 +186,7 @@ func TestDatabaseTakeoverIsRefused(t *testing.T) {
 			}
 
 			takeover := attack("payroll", "payroll", "", false)
-			expectStalled(takeover, sqlv1alpha1.DatabaseNotOwnedReason, "set spec.adoptExisting: true")
+			expectStalled(takeover, sqlv1alpha1.DatabaseNotOwnedReason, "Set spec.adoptExisting: true")
 			grabAdmin := attack("grab-admin", "grab_admin", srv.AdminUser, true)
 			expectStalled(grabAdmin, sqlv1alpha1.PrivilegedRoleReason, "is the instance's admin user")
 			grabOps := attack("grab-ops", "grab_ops", "ops", true)
