@@ -282,49 +282,40 @@ SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication, 
 		}
 		return strings.Join(why, "; "), nil
 	}
-	grantees := []string{"'" + name + "'@'%'"}
+	// The user and every role granted to it (roles have the host ''), as
+	// the server's grant tables record them: any global privilege column.
+	type account struct{ user, host string }
+	accounts := []account{{name, "%"}}
 	rows, err := s.db.QueryContext(ctx, "SELECT Role FROM mysql.roles_mapping WHERE User = ? AND Host = '%'", name)
 	if err != nil {
 		return "", fmt.Errorf("reading the roles of user %q: %w", name, err)
 	}
 	for rows.Next() {
-		var g string
-		if err := rows.Scan(&g); err != nil {
+		var r string
+		if err := rows.Scan(&r); err != nil {
 			_ = rows.Close()
 			return "", err
 		}
-		grantees = append(grantees, "'"+g+"'@''", "'"+g+"'")
+		accounts = append(accounts, account{r, ""})
 	}
 	_ = rows.Close()
 	var why []string
-	for _, g := range grantees {
-		r, err := s.db.QueryContext(ctx, "SELECT PRIVILEGE_TYPE, IS_GRANTABLE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?", g)
+	for _, a := range accounts {
+		privs, err := s.globalPrivileges(ctx, a.user, a.host)
 		if err != nil {
-			return "", fmt.Errorf("reading the global privileges of %s: %w", g, err)
+			return "", err
 		}
-		var privs []string
-		grantable := false
-		for r.Next() {
-			var p, gr string
-			if err := r.Scan(&p, &gr); err != nil {
-				_ = r.Close()
-				return "", err
-			}
-			if p != "USAGE" {
-				privs = append(privs, p)
-			}
-			grantable = grantable || gr == "YES"
+		if len(privs) == 0 {
+			continue
 		}
-		_ = r.Close()
-		if grantable {
-			privs = append(privs, "GRANT OPTION")
+		if len(privs) > 4 {
+			privs = append(privs[:4], "...")
 		}
-		if len(privs) > 0 {
-			if len(privs) > 4 {
-				privs = append(privs[:4], "...")
-			}
-			why = append(why, fmt.Sprintf("%s holds the global privileges %s", g, strings.Join(privs, ", ")))
+		who := "user '" + a.user + "'@'" + a.host + "'"
+		if a.host == "" {
+			who = "its role '" + a.user + "'"
 		}
+		why = append(why, fmt.Sprintf("%s holds the global privileges %s", who, strings.Join(privs, ", ")))
 	}
 	return strings.Join(why, "; "), nil
 }
@@ -333,4 +324,40 @@ SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication, 
 func isDuplicate(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1062
+}
+
+// globalPrivileges lists the global privileges (the *_priv columns of
+// mysql.user set to Y; Grant_priv is GRANT OPTION) of a MariaDB account.
+func (s *Server) globalPrivileges(ctx context.Context, user, host string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT * FROM mysql.user WHERE User = ? AND Host = ?", user, host)
+	if err != nil {
+		return nil, fmt.Errorf("reading the global privileges of '%s'@'%s': %w", user, host, err)
+	}
+	defer func() { _ = rows.Close() }()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var privs []string
+	for rows.Next() {
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		for i, c := range cols {
+			if !strings.HasSuffix(c, "_priv") || string(vals[i]) != "Y" {
+				continue
+			}
+			p := strings.ToUpper(strings.ReplaceAll(strings.TrimSuffix(c, "_priv"), "_", " "))
+			if p == "GRANT" {
+				p = "GRANT OPTION"
+			}
+			privs = append(privs, p)
+		}
+	}
+	return privs, rows.Err()
 }
