@@ -77,7 +77,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, s *scope, t *target) (*
 	}
 	roleVerdict := judge(o.role.Exists, o.role.Claim, mine, d.Spec.AdoptExisting)
 	if roleVerdict == verdictForeign {
-		return stall(s, sqlv1alpha1.RoleNotOwnedReason, foreignMessage("role", "spec.owner", t.spec.Owner, o.role.Claim,
+		return stall(s, sqlv1alpha1.RoleNotOwnedReason, foreignMessage("role", "spec.owner", t.spec.Owner, o.role.Claim, mine,
 			"Converge never resets the password of, grants to or drops a role it did not create"))
 	}
 	dbClaim := o.database.Claim
@@ -89,7 +89,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, s *scope, t *target) (*
 	}
 	dbVerdict := judge(o.database.Exists, dbClaim, mine, d.Spec.AdoptExisting)
 	if dbVerdict == verdictForeign {
-		return stall(s, sqlv1alpha1.DatabaseNotOwnedReason, foreignMessage("database", "spec.databaseName", t.spec.Name, dbClaim,
+		return stall(s, sqlv1alpha1.DatabaseNotOwnedReason, foreignMessage("database", "spec.databaseName", t.spec.Name, dbClaim, mine,
 			"Converge never alters, grants on or drops a database it did not create"))
 	}
 	// Every check passed: only now is anything written.
@@ -117,10 +117,14 @@ func (r *Reconciler) checkOwnership(ctx context.Context, s *scope, t *target) (*
 }
 
 // foreignMessage says whose the object is and what the user can do.
-func foreignMessage(what, field, name string, found sqlengine.Claim, never string) string {
+func foreignMessage(what, field, name string, found, mine sqlengine.Claim, never string) string {
 	if found.IsZero() {
 		return fmt.Sprintf("%s %q already exists on the server and was not created by this Database; %s. Set spec.adoptExisting: true to take it over, or create a new Database with another %s",
 			what, name, never, field)
+	}
+	if found.SameObjectName(mine) {
+		return fmt.Sprintf("%s %q on the server was created by an earlier Database %s/%s (uid %s) that was deleted and retained it; %s. Set spec.adoptExisting: true to take it over, or create a new Database with another %s",
+			what, name, found.Namespace, found.Name, found.UID, never, field)
 	}
 	return fmt.Sprintf("%s %q on the server belongs to Database %s/%s (uid %s), not to this one; %s. Create a new Database with another %s",
 		what, name, found.Namespace, found.Name, found.UID, never, field)
