@@ -164,7 +164,7 @@ func floorLoop(ctx context.Context, srv *sqltest.Server, n, workers int) (time.D
 	}
 	one := func(i int) error {
 		sp := sqlengine.Spec{Name: "floor_" + strconv.Itoa(i), Owner: "floor_" + strconv.Itoa(i) + "_owner", Charset: "UTF8"}
-		if err := admin.CreateRole(ctx, sp.Owner, "pw"+strconv.Itoa(i)); err != nil {
+		if err := admin.CreateRole(ctx, sp.Owner, "pw"+strconv.Itoa(i), sqlengine.Claim{}); err != nil {
 			return err
 		}
 		if err := admin.CreateDatabase(ctx, sp); err != nil {

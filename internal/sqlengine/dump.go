@@ -129,11 +129,14 @@ func Restore(ctx context.Context, t Tools, c Config, serverVersion, path, wantSH
 	}
 	defer func() { _ = f.Close() }()
 	var cmd *exec.Cmd
-	cleanup := func() {}
+	var cleanup func()
 	switch c.Engine {
 	case Postgres:
 		cmd = exec.CommandContext(ctx, pgTool("psql", t.PSQL, serverVersion), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--single-transaction", "--file", "-")
-		cmd.Env = pgEnv(c)
+		cmd.Env, cleanup, err = pgEnv(c)
+		if err != nil {
+			return err
+		}
 	case MariaDB:
 		var opt string
 		opt, cleanup, err = mariaOptionFile(c)
@@ -171,8 +174,12 @@ func dumpCommand(ctx context.Context, t Tools, c Config, serverVersion string) (
 	switch c.Engine {
 	case Postgres:
 		cmd := exec.CommandContext(ctx, pgTool("pg_dump", t.PGDump, serverVersion), "--format=plain", "--no-owner", "--no-privileges", "--no-password")
-		cmd.Env = pgEnv(c)
-		return cmd, func() {}, nil
+		env, cleanup, err := pgEnv(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		cmd.Env = env
+		return cmd, cleanup, nil
 	case MariaDB:
 		opt, cleanup, err := mariaOptionFile(c)
 		if err != nil {
@@ -187,41 +194,87 @@ func dumpCommand(ctx context.Context, t Tools, c Config, serverVersion string) (
 }
 
 // pgEnv passes the connection through libpq's environment variables, so no
-// value can be mistaken for an option.
-func pgEnv(c Config) []string {
-	mode := "disable"
+// value can be mistaken for an option. With VerifyFull the CA goes to a
+// private temporary file named by PGSSLROOTCERT (removed by cleanup) and
+// libpq verifies the chain and the host name (sslmode=verify-full).
+func pgEnv(c Config) ([]string, func(), error) {
+	cleanup := func() {}
+	mode := "require"
 	switch c.TLSMode {
-	case TLSRequire:
-		mode = "require"
+	case TLSDisable:
+		mode = "disable"
 	case TLSVerifyFull:
-		mode = "verify-full" // needs PGSSLROOTCERT; see docs/databases.md
+		mode = "verify-full"
 	}
 	env := []string{
 		"PGHOST=" + c.Host, "PGPORT=" + strconv.Itoa(c.Port), "PGUSER=" + c.User,
 		"PGPASSWORD=" + c.Password, "PGDATABASE=" + c.Database, "PGSSLMODE=" + mode,
 		"PGCONNECT_TIMEOUT=10", "PGAPPNAME=converge", "PATH=" + os.Getenv("PATH"),
+		// Never the manager's ~/.postgresql/root.crt or client certificate.
+		"PGSSLCERT=/nonexistent", "PGSSLKEY=/nonexistent",
 	}
-	return env
+	if c.TLSMode == TLSVerifyFull {
+		ca, rm, err := caFile(c.CAPEM)
+		if err != nil {
+			return nil, nil, err
+		}
+		cleanup = rm
+		env = append(env, "PGSSLROOTCERT="+ca)
+	}
+	return env, cleanup, nil
+}
+
+// caFile writes the CA bundle to a private temporary file for the client
+// programs.
+func caFile(pemData []byte) (string, func(), error) {
+	if len(bytes.TrimSpace(pemData)) == 0 {
+		return "", nil, errors.New("tls VerifyFull: no CA certificate (the CA Secret's key ca.crt is empty)")
+	}
+	f, err := os.CreateTemp("", "converge-ca-*.crt")
+	if err != nil {
+		return "", nil, fmt.Errorf("creating the CA file: %w", err)
+	}
+	rm := func() { _ = os.Remove(f.Name()) }
+	_, err = f.Write(pemData)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		rm()
+		return "", nil, fmt.Errorf("writing the CA file: %w", err)
+	}
+	return f.Name(), rm, nil
 }
 
 // mariaOptionFile writes the connection to a private option file for the
 // MariaDB clients (the password stays out of argv and the environment).
+// Require: ssl; VerifyFull: ssl-ca and ssl-verify-server-cert, so the client
+// checks the chain and the host name.
 func mariaOptionFile(c Config) (string, func(), error) {
-	f, err := os.CreateTemp("", "converge-mariadb-*.cnf")
-	if err != nil {
-		return "", nil, fmt.Errorf("creating the client option file: %w", err)
-	}
-	cleanup := func() { _ = os.Remove(f.Name()) }
 	for _, v := range []string{c.User, c.Password, c.Host} {
 		if strings.ContainsAny(v, "\n\r\"\\") {
-			cleanup()
 			return "", nil, errors.New("connection values must not contain newlines, quotes or backslashes")
 		}
 	}
-	ssl := "ssl=0\n"
-	if c.TLSMode == TLSRequire || c.TLSMode == TLSVerifyFull {
-		ssl = "ssl=1\n"
+	removeCA := func() {}
+	ssl := "ssl=1\n"
+	switch c.TLSMode {
+	case TLSDisable:
+		ssl = "ssl=0\n"
+	case TLSVerifyFull:
+		ca, rm, err := caFile(c.CAPEM)
+		if err != nil {
+			return "", nil, err
+		}
+		removeCA = rm
+		ssl = "ssl=1\nssl-ca=\"" + ca + "\"\nssl-verify-server-cert\n"
 	}
+	f, err := os.CreateTemp("", "converge-mariadb-*.cnf")
+	if err != nil {
+		removeCA()
+		return "", nil, fmt.Errorf("creating the client option file: %w", err)
+	}
+	cleanup := func() { _ = os.Remove(f.Name()); removeCA() }
 	_, err = fmt.Fprintf(f, "[client]\nuser=\"%s\"\npassword=\"%s\"\nhost=\"%s\"\nport=%d\nprotocol=TCP\n%s", c.User, c.Password, c.Host, c.Port, ssl)
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -44,7 +44,7 @@ func TestProvisionDriftDropDump(t *testing.T) {
 				t.Fatalf("Ping = %q, %v", v, err)
 			}
 			sp := sqlengine.Spec{Name: "shop_db-1", Owner: "shop_owner"}
-			if err := admin.CreateRole(ctx, sp.Owner, "pw1"); err != nil {
+			if err := admin.CreateRole(ctx, sp.Owner, "pw1", sqlengine.Claim{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := admin.CreateDatabase(ctx, sp); err != nil {
@@ -105,7 +105,7 @@ func TestProvisionDriftDropDump(t *testing.T) {
 				t.Fatalf("dump result %+v", res)
 			}
 			sp2 := sqlengine.Spec{Name: "shop_copy", Owner: "shop_copy_owner"}
-			if err := admin.CreateRole(ctx, sp2.Owner, "pw3"); err != nil {
+			if err := admin.CreateRole(ctx, sp2.Owner, "pw3", sqlengine.Claim{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := admin.CreateDatabase(ctx, sp2); err != nil {

@@ -18,6 +18,7 @@ var reserved = map[string]bool{
 	"current_user": true, "session_user": true, "current_role": true, "none": true, "all": true,
 	"mysql": true, "information_schema": true, "performance_schema": true, "sys": true,
 	"root": true, "mariadb.sys": true, "admin": true,
+	ClaimsDatabase: true, // Converge's own bookkeeping on MariaDB
 }
 
 // ValidateIdentifier checks a database, role or extension name: 1 to 63

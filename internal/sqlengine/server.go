@@ -13,6 +13,7 @@ import (
 	"log"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ const (
 )
 
 // TLSMode is Disable, Require or VerifyFull (the instance spec's tls.mode).
+// The empty mode means Require: TLS is never turned off by omission.
 type TLSMode string
 
 // TLS modes.
@@ -76,14 +78,14 @@ func (c Config) key() string {
 
 func (c Config) tlsConfig() (*tls.Config, error) {
 	switch c.TLSMode {
-	case "", TLSDisable:
+	case TLSDisable:
 		return nil, nil
-	case TLSRequire:
+	case "", TLSRequire:
 		return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, nil //nolint:gosec // Require means encrypted, unverified, as libpq's sslmode=require
 	case TLSVerifyFull:
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(c.CAPEM) {
-			return nil, errors.New("tls VerifyFull: the CA Secret holds no PEM certificate")
+			return nil, errors.New("tls VerifyFull: the CA Secret holds no PEM certificate (key ca.crt)")
 		}
 		return &tls.Config{RootCAs: pool, ServerName: c.Host, MinVersion: tls.VersionTLS12}, nil
 	default:
@@ -236,6 +238,34 @@ func IsAuthError(err error) bool {
 	return false
 }
 
+// IsTLSUnavailable reports whether the server refused TLS (it has none
+// configured) when the configuration asked for it.
+func IsTLSUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, mysql.ErrNoTLS) {
+		return true
+	}
+	return strings.Contains(err.Error(), "server refused TLS connection") // pgconn's words, not a typed error
+}
+
+// IsTLSVerifyError reports whether the server's certificate failed
+// verification (unknown CA, wrong host name, expired).
+func IsTLSVerifyError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ve *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &ve) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) {
+		return true
+	}
+	return strings.Contains(err.Error(), "x509: ") // drivers that flatten the error
+}
+
 // IsUnknownDatabase reports whether the error says the database does not
 // exist.
 func IsUnknownDatabase(err error) bool {
@@ -299,6 +329,8 @@ type Spec struct {
 	Owner      string
 	Charset    string
 	Extensions []string
+	// Claim is written on the database when it is created (zero: none).
+	Claim Claim
 }
 
 func (sp Spec) validate() error {
@@ -404,8 +436,13 @@ func (s *Server) RoleExists(ctx context.Context, name string) (bool, error) {
 	return n > 0, nil
 }
 
-// CreateRole creates a login role with the password.
-func (s *Server) CreateRole(ctx context.Context, name, password string) error {
+// CreateRole creates a login role with the password, marked with the claim
+// (unless the claim is zero). PostgreSQL: CREATE ROLE, COMMENT ON ROLE and
+// the admin's membership in one transaction, so the role never exists
+// unmarked. MariaDB: the claim is recorded first (converge_meta.owned_users),
+// then CREATE USER, so a crash in between leaves a claim without a user,
+// which the same Database completes and every other Database refuses.
+func (s *Server) CreateRole(ctx context.Context, name, password string, claim Claim) error {
 	if err := ValidateIdentifier(name); err != nil {
 		return fmt.Errorf("role %q: %w", name, err)
 	}
@@ -413,33 +450,71 @@ func (s *Server) CreateRole(ctx context.Context, name, password string) error {
 	if err != nil {
 		return fmt.Errorf("password: %w", err)
 	}
-	var stmt string
-	if s.cfg.Engine == Postgres {
-		q, _ := QuotePostgres(name)
-		stmt = "CREATE ROLE " + q + " LOGIN PASSWORD " + pw
-	} else {
-		u, err := mariaUser(name)
-		if err != nil {
-			return err
-		}
-		stmt = "CREATE USER " + u + " IDENTIFIED BY " + pw
+	if s.cfg.Engine == MariaDB {
+		return s.createMariaDBUser(ctx, name, pw, claim)
 	}
-	if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+	q, _ := QuotePostgres(name)
+	stmts := []string{"CREATE ROLE " + q + " LOGIN PASSWORD " + pw}
+	if !claim.IsZero() {
+		lit, err := quoteLiteral(claim.String())
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		stmts = append(stmts, "COMMENT ON ROLE "+q+" IS "+lit)
+	}
+	// A non-superuser admin must be a member of the role to make it a
+	// database owner (PostgreSQL 15 does not grant that automatically).
+	var super bool
+	if err := s.db.QueryRowContext(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
+		return fmt.Errorf("reading admin privileges: %w", err)
+	}
+	if !super {
+		stmts = append(stmts, "GRANT "+q+" TO CURRENT_USER")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
 		return fmt.Errorf("creating role %q: %w", name, err)
 	}
-	if s.cfg.Engine == Postgres {
-		// A non-superuser admin must be a member of the role to make it a
-		// database owner (PostgreSQL 15 does not grant that automatically).
-		var super bool
-		if err := s.db.QueryRowContext(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
-			return fmt.Errorf("reading admin privileges: %w", err)
+	defer func() { _ = tx.Rollback() }()
+	for _, st := range stmts {
+		if _, err := tx.ExecContext(ctx, st); err != nil {
+			return fmt.Errorf("creating role %q: %w", name, err)
 		}
-		if !super {
-			q, _ := QuotePostgres(name)
-			if _, err := s.db.ExecContext(ctx, "GRANT "+q+" TO CURRENT_USER"); err != nil {
-				return fmt.Errorf("granting role %q to the admin: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("creating role %q: %w", name, err)
+	}
+	return nil
+}
+
+func (s *Server) createMariaDBUser(ctx context.Context, name, pw string, claim Claim) error {
+	u, err := mariaUser(name)
+	if err != nil {
+		return err
+	}
+	if !claim.IsZero() {
+		if err := s.claimUser(ctx, name, claim, false); err != nil {
+			if !isDuplicate(err) {
+				return err
 			}
+			o, rerr := s.RoleOwnership(ctx, name)
+			if rerr != nil {
+				return rerr
+			}
+			if o.Claim != claim {
+				return fmt.Errorf("user %q is claimed by %s", name, o.Claim)
+			}
+			// Our own claim, from a run that crashed before CREATE USER.
 		}
+	}
+	if _, err := s.db.ExecContext(ctx, "CREATE USER "+u+" IDENTIFIED BY "+pw); err != nil {
+		var me *mysql.MySQLError
+		if !claim.IsZero() && errors.As(err, &me) && me.Number == 1396 {
+			// Someone else created the user since it was observed missing:
+			// it is not ours, so the claim goes.
+			_ = s.releaseUser(ctx, name, claim)
+		}
+		return fmt.Errorf("creating role %q: %w", name, err)
 	}
 	return nil
 }
@@ -489,9 +564,25 @@ func (s *Server) CreateDatabase(ctx context.Context, sp Spec) error {
 		if sp.Charset != "" {
 			stmt += " CHARACTER SET " + sp.Charset
 		}
+		if !sp.Claim.IsZero() {
+			// One statement: a MariaDB database is never unmarked.
+			lit, err := quoteLiteral(sp.Claim.String())
+			if err != nil {
+				return fmt.Errorf("claim: %w", err)
+			}
+			stmt += " COMMENT " + lit
+		}
 	}
 	if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("creating database %q: %w", sp.Name, err)
+	}
+	if s.cfg.Engine == Postgres && !sp.Claim.IsZero() {
+		// CREATE DATABASE cannot run in a transaction. Until this COMMENT
+		// lands, the database is recognised by its owner role, which was
+		// created and marked in one transaction (Ownership.OwnerRoleClaim).
+		if err := s.MarkDatabase(ctx, sp.Name, sp.Claim); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -610,32 +701,86 @@ func (s *Server) EnsureExtensions(ctx context.Context, sp Spec) error {
 
 // Drop terminates every connection to the database and of the owner, then
 // drops the database and the owner role. Missing objects are not an error.
+// It checks no ownership: the controller calls DropDatabase and DropRole
+// only for what it owns.
 func (s *Server) Drop(ctx context.Context, sp Spec) error {
 	if err := sp.validate(); err != nil {
 		return err
 	}
+	if err := s.DropDatabase(ctx, sp.Name); err != nil {
+		return err
+	}
+	return s.DropRole(ctx, sp.Owner, sp.Claim)
+}
+
+// DropDatabase terminates every connection to the database and drops it.
+// A missing database is not an error.
+func (s *Server) DropDatabase(ctx context.Context, name string) error {
+	if err := ValidateIdentifier(name); err != nil {
+		return fmt.Errorf("database %q: %w", name, err)
+	}
+	db, _ := s.quote(name)
 	if s.cfg.Engine == Postgres {
-		db, _ := QuotePostgres(sp.Name)
-		owner, _ := QuotePostgres(sp.Owner)
-		// WITH (FORCE) terminates the database's sessions (PostgreSQL 13+);
-		// the owner's sessions elsewhere are terminated before DROP ROLE.
+		// WITH (FORCE) terminates the database's sessions (PostgreSQL 13+).
 		if _, err := s.db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-			return fmt.Errorf("dropping database %q: %w", sp.Name, err)
-		}
-		if _, err := s.db.ExecContext(ctx,
-			"SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1 AND pid <> pg_catalog.pg_backend_pid()",
-			sp.Owner); err != nil {
-			return fmt.Errorf("terminating the sessions of %q: %w", sp.Owner, err)
-		}
-		if _, err := s.db.ExecContext(ctx, "DROP ROLE IF EXISTS "+owner); err != nil {
-			return fmt.Errorf("dropping role %q: %w", sp.Owner, err)
+			return fmt.Errorf("dropping database %q: %w", name, err)
 		}
 		return nil
 	}
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT ID FROM information_schema.PROCESSLIST WHERE (DB = ? OR USER = ?) AND ID <> CONNECTION_ID()", sp.Name, sp.Owner)
+	if err := s.killConnections(ctx, false, name); err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
+		return fmt.Errorf("dropping database %q: %w", name, err)
+	}
+	return nil
+}
+
+// DropRole terminates the role's sessions and drops it, then releases the
+// claim (the MariaDB bookkeeping row) when one is given. A missing role is
+// not an error.
+func (s *Server) DropRole(ctx context.Context, name string, claim Claim) error {
+	if err := ValidateIdentifier(name); err != nil {
+		return fmt.Errorf("role %q: %w", name, err)
+	}
+	if s.cfg.Engine == Postgres {
+		owner, _ := QuotePostgres(name)
+		if _, err := s.db.ExecContext(ctx,
+			"SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1 AND pid <> pg_catalog.pg_backend_pid()",
+			name); err != nil {
+			return fmt.Errorf("terminating the sessions of %q: %w", name, err)
+		}
+		if _, err := s.db.ExecContext(ctx, "DROP ROLE IF EXISTS "+owner); err != nil {
+			return fmt.Errorf("dropping role %q: %w", name, err)
+		}
+		return nil
+	}
+	if err := s.killConnections(ctx, true, name); err != nil {
+		return err
+	}
+	u, err := mariaUser(name)
 	if err != nil {
-		return fmt.Errorf("listing connections to %q: %w", sp.Name, err)
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, "DROP USER IF EXISTS "+u); err != nil {
+		return fmt.Errorf("dropping user %q: %w", name, err)
+	}
+	if !claim.IsZero() {
+		return s.releaseUser(ctx, name, claim)
+	}
+	return nil
+}
+
+// killConnections kills the MariaDB connections to the database arg, or
+// (byUser) of the user arg.
+func (s *Server) killConnections(ctx context.Context, byUser bool, arg string) error {
+	q := "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()"
+	if byUser {
+		q = "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND ID <> CONNECTION_ID()"
+	}
+	rows, err := s.db.QueryContext(ctx, q, arg)
+	if err != nil {
+		return fmt.Errorf("listing connections of %q: %w", arg, err)
 	}
 	var ids []int64
 	for rows.Next() {
@@ -651,20 +796,9 @@ func (s *Server) Drop(ctx context.Context, sp Spec) error {
 		if _, err := s.db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil {
 			var me *mysql.MySQLError
 			if !errors.As(err, &me) || me.Number != 1094 { // 1094: unknown thread (already gone)
-				return fmt.Errorf("terminating connection %d to %q: %w", id, sp.Name, err)
+				return fmt.Errorf("terminating connection %d of %q: %w", id, arg, err)
 			}
 		}
-	}
-	db, _ := QuoteMariaDB(sp.Name)
-	if _, err := s.db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
-		return fmt.Errorf("dropping database %q: %w", sp.Name, err)
-	}
-	u, err := mariaUser(sp.Owner)
-	if err != nil {
-		return err
-	}
-	if _, err := s.db.ExecContext(ctx, "DROP USER IF EXISTS "+u); err != nil {
-		return fmt.Errorf("dropping user %q: %w", sp.Owner, err)
 	}
 	return nil
 }

@@ -42,20 +42,35 @@ type Server struct {
 	AdminPassword string
 	// Dir holds the data directory, socket and log.
 	Dir string
+	// CAPEM is the CA that signed the server's certificate; empty when the
+	// server was started without TLS (Options.NoTLS).
+	CAPEM []byte
 
 	cmd     *exec.Cmd
 	done    chan error
 	exitErr error
 }
 
-// Admin returns the admin connection configuration.
+// Admin returns the admin connection configuration (TLS VerifyFull against
+// the server's CA, or Disable for a server without TLS).
 func (s *Server) Admin() sqlengine.Config {
-	return sqlengine.Config{Engine: s.Engine, Host: s.Host, Port: s.Port, User: s.AdminUser, Password: s.AdminPassword}
+	return s.Config(s.AdminUser, s.AdminPassword, "")
 }
 
 // Config returns a configuration for another user and database.
 func (s *Server) Config(user, password, database string) sqlengine.Config {
-	return sqlengine.Config{Engine: s.Engine, Host: s.Host, Port: s.Port, User: user, Password: password, Database: database}
+	c := sqlengine.Config{Engine: s.Engine, Host: s.Host, Port: s.Port, User: user, Password: password, Database: database, TLSMode: sqlengine.TLSDisable}
+	if len(s.CAPEM) > 0 {
+		c.TLSMode, c.CAPEM = sqlengine.TLSVerifyFull, s.CAPEM
+	}
+	return c
+}
+
+// Options change how a server is started.
+type Options struct {
+	// NoTLS starts the server without TLS (by default it serves TLS with a
+	// certificate for 127.0.0.1 from a CA generated for it: Server.CAPEM).
+	NoTLS bool
 }
 
 // Open opens a database/sql pool as the admin, connected to database (empty
@@ -149,8 +164,13 @@ func password() string {
 	return hex.EncodeToString(b)
 }
 
-// StartPostgres starts PostgreSQL 15 from PostgresBinDir.
-func StartPostgres(ctx context.Context) (_ *Server, retErr error) {
+// StartPostgres starts PostgreSQL 15 from PostgresBinDir, with TLS.
+func StartPostgres(ctx context.Context) (*Server, error) {
+	return StartPostgresWith(ctx, Options{})
+}
+
+// StartPostgresWith starts PostgreSQL 15 from PostgresBinDir.
+func StartPostgresWith(ctx context.Context, o Options) (_ *Server, retErr error) {
 	bin := PostgresBinDir
 	if d := os.Getenv("CONVERGE_POSTGRES_BIN_DIR"); d != "" {
 		bin = d
@@ -182,13 +202,23 @@ func StartPostgres(ctx context.Context) (_ *Server, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
+	var tlsArgs []string
+	if !o.NoTLS {
+		f, err := writeTLS(dir, u)
+		if err != nil {
+			return nil, err
+		}
+		s.CAPEM = f.CAPEM
+		tlsArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + f.Cert, "-c", "ssl_key_file=" + f.Key}
+	}
 	for attempt := 0; ; attempt++ {
 		if s.Port, err = localcp.FreePort(); err != nil {
 			return nil, err
 		}
-		cmd := command(context.WithoutCancel(ctx), prefix, filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(s.Port),
+		args := append([]string{"-D", data, "-p", strconv.Itoa(s.Port),
 			"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=32MB", "-c", "logging_collector=off")
+			"-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=32MB", "-c", "logging_collector=off"}, tlsArgs...)
+		cmd := command(context.WithoutCancel(ctx), prefix, filepath.Join(bin, "postgres"), args...)
 		if err = s.start(ctx, cmd, filepath.Join(dir, "postgres.log")); err == nil || attempt == 2 {
 			break
 		}
@@ -199,8 +229,13 @@ func StartPostgres(ctx context.Context) (_ *Server, retErr error) {
 	return s, nil
 }
 
-// StartMariaDB starts mariadbd from $PATH or /usr/sbin.
-func StartMariaDB(ctx context.Context) (_ *Server, retErr error) {
+// StartMariaDB starts mariadbd from $PATH or /usr/sbin, with TLS.
+func StartMariaDB(ctx context.Context) (*Server, error) {
+	return StartMariaDBWith(ctx, Options{})
+}
+
+// StartMariaDBWith starts mariadbd from $PATH or /usr/sbin.
+func StartMariaDBWith(ctx context.Context, o Options) (_ *Server, retErr error) {
 	mariadbd, err := lookPath("mariadbd")
 	if err != nil {
 		return nil, &MissingError{What: "MariaDB server (mariadbd)"}
@@ -234,14 +269,24 @@ func StartMariaDB(ctx context.Context) (_ *Server, retErr error) {
 		return nil, fmt.Errorf("mariadb-install-db: %w: %s", err, out)
 	}
 	sock := filepath.Join(dir, "mysqld.sock")
+	var tlsArgs []string
+	if !o.NoTLS {
+		f, err := writeTLS(dir, u)
+		if err != nil {
+			return nil, err
+		}
+		s.CAPEM = f.CAPEM
+		tlsArgs = []string{"--ssl-ca=" + f.CA, "--ssl-cert=" + f.Cert, "--ssl-key=" + f.Key}
+	}
 	for attempt := 0; ; attempt++ {
 		if s.Port, err = localcp.FreePort(); err != nil {
 			return nil, err
 		}
-		cmd := command(context.WithoutCancel(ctx), prefix, mariadbd, "--no-defaults", "--datadir="+data, "--socket="+sock,
-			"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--skip-name-resolve", "--pid-file="+filepath.Join(dir, "mysqld.pid"),
-			"--tmpdir="+dir, "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=0",
-			"--skip-log-bin", "--max-connections=300", "--log-error="+filepath.Join(dir, "error.log"))
+		args := append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + sock,
+			"--port=" + strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--skip-name-resolve", "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
+			"--tmpdir=" + dir, "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=0",
+			"--skip-log-bin", "--max-connections=300", "--log-error=" + filepath.Join(dir, "error.log")}, tlsArgs...)
+		cmd := command(context.WithoutCancel(ctx), prefix, mariadbd, args...)
 		if err = s.startMaria(ctx, cmd, client, sock); err == nil || attempt == 2 {
 			break
 		}

@@ -63,6 +63,32 @@ const (
 	// credentials even after resetting them.
 	LoginFailedReason = "LoginFailed"
 
+	// DatabaseNotOwnedReason: the database exists on the server and was not
+	// created by this Database (no owner marker, or another Database's);
+	// nothing is altered, granted or dropped. Set spec.adoptExisting to take
+	// over an unmarked one, or choose another databaseName.
+	DatabaseNotOwnedReason = "DatabaseNotOwned"
+	// RoleNotOwnedReason: the owner role exists on the server and was not
+	// created by this Database; its password is never reset. Set
+	// spec.adoptExisting to take over an unmarked one, or choose another
+	// owner.
+	RoleNotOwnedReason = "RoleNotOwned"
+	// PrivilegedRoleReason: the owner names the instance's admin user or a
+	// role with more than one database's worth of power (PostgreSQL
+	// SUPERUSER, CREATEROLE, CREATEDB, REPLICATION, BYPASSRLS, or membership
+	// in such a role; MariaDB global privileges or GRANT OPTION), as the
+	// server reports it. Never adopted; choose another owner.
+	PrivilegedRoleReason = "PrivilegedRole"
+	// TLSUnavailableReason: TLS was required (tls.mode Require or
+	// VerifyFull, Require being the default) and the server offers none.
+	// Enable TLS on the server, or set tls.mode: Disable explicitly on a
+	// trusted network.
+	TLSUnavailableReason = "TLSUnavailable"
+	// TLSVerificationFailedReason: tls.mode VerifyFull and the server's
+	// certificate did not verify against tls.caSecretRef (unknown CA, wrong
+	// host name, expired).
+	TLSVerificationFailedReason = "TLSVerificationFailed"
+
 	// UpToDateReason: nothing had drifted.
 	UpToDateReason = "UpToDate"
 	// DriftCorrectedReason: drift was found and corrected; the message says

@@ -104,6 +104,18 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	ConnectionSecret string `json:"connectionSecret,omitempty"`
 
+	// adoptExisting lets this Database take over a database or owner role
+	// that already exists on the server and was not created by Converge:
+	// its owner marker is written and it is managed (altered, granted, its
+	// password reset, dropped with deletionPolicy Delete) from then on.
+	// Without it, such objects are refused (reasons DatabaseNotOwned,
+	// RoleNotOwned) and never touched. Objects another Database created are
+	// never adopted, except those a deleted Database of the same namespace
+	// and name retained. A privileged role (the instance's admin, a
+	// superuser, CREATEROLE, ...) is never adopted (reason PrivilegedRole).
+	// +optional
+	AdoptExisting bool `json:"adoptExisting,omitempty"`
+
 	// restoreFrom names a DatabaseBackup (backup.converge.dev) in this
 	// namespace to load into the new, empty database before it turns Ready.
 	// Immutable.

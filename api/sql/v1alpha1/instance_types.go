@@ -23,7 +23,8 @@ type TLSMode string
 const (
 	// TLSDisable connects without TLS.
 	TLSDisable TLSMode = "Disable"
-	// TLSRequire requires TLS but does not verify the server certificate.
+	// TLSRequire requires TLS but does not verify the server certificate
+	// (as libpq's sslmode=require). The default.
 	TLSRequire TLSMode = "Require"
 	// TLSVerifyFull requires TLS and verifies the certificate against
 	// caSecretRef and the host name.
@@ -41,7 +42,11 @@ type SecretReference struct {
 
 // InstanceTLS configures TLS to the server.
 type InstanceTLS struct {
-	// mode is Disable (default), Require or VerifyFull.
+	// mode is Require (default: encrypted, certificate not verified),
+	// VerifyFull (encrypted, certificate verified against caSecretRef and
+	// the host name) or Disable (plain text; only on a trusted network). A
+	// server without TLS fails Require and VerifyFull with the reason
+	// TLSUnavailable.
 	// +optional
 	Mode TLSMode `json:"mode,omitempty"`
 
@@ -73,7 +78,7 @@ type InstanceSpec struct {
 	// +required
 	AdminSecretRef SecretReference `json:"adminSecretRef"`
 
-	// tls configures TLS to the server. Defaults to no TLS.
+	// tls configures TLS to the server. Defaults to mode Require.
 	// +optional
 	TLS *InstanceTLS `json:"tls,omitempty"`
 

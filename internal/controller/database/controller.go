@@ -3,7 +3,12 @@
 // pkg/contract/databaseinstance from unstructured objects, never the
 // providers' Go types) it creates the database and an owner role with a
 // generated password, grants privileges, writes the connection Secret, and
-// turns Ready only after logging in with those credentials. It re-observes
+// turns Ready only after logging in with those credentials. It touches only
+// what it created: each database and role carries a marker on the server
+// naming the Database object (its UID) that created it, and one that exists
+// without this Database's marker is refused (unless spec.adoptExisting),
+// never altered, granted, reset or dropped; a privileged role (the admin, a
+// superuser, ...) is never touched at all. It re-observes
 // each Database periodically and on request, corrects drift (a dropped
 // database, a changed password, revoked privileges) and records each
 // correction. On deletion with deletionPolicy Delete it terminates
@@ -78,13 +83,19 @@ type Server interface {
 	Database(ctx context.Context, name string) (sqlengine.DatabaseInfo, error)
 	HasTables(ctx context.Context, c sqlengine.Config) (bool, error)
 	RoleExists(ctx context.Context, name string) (bool, error)
-	CreateRole(ctx context.Context, name, password string) error
+	CreateRole(ctx context.Context, name, password string, claim sqlengine.Claim) error
+	DatabaseOwnership(ctx context.Context, name string) (sqlengine.Ownership, error)
+	RoleOwnership(ctx context.Context, name string) (sqlengine.Ownership, error)
+	MarkDatabase(ctx context.Context, name string, claim sqlengine.Claim) error
+	MarkRole(ctx context.Context, name string, claim sqlengine.Claim) error
+	PrivilegedRole(ctx context.Context, name, adminUser string) (string, error)
 	SetPassword(ctx context.Context, name, password string) error
 	CreateDatabase(ctx context.Context, sp sqlengine.Spec) error
 	MissingPrivileges(ctx context.Context, sp sqlengine.Spec) ([]string, error)
 	Grant(ctx context.Context, sp sqlengine.Spec) error
 	EnsureExtensions(ctx context.Context, sp sqlengine.Spec) error
-	Drop(ctx context.Context, sp sqlengine.Spec) error
+	DropDatabase(ctx context.Context, name string) error
+	DropRole(ctx context.Context, name string, claim sqlengine.Claim) error
 }
 
 // Engines connects to servers.

@@ -63,14 +63,62 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return res, err
 	}
 	s.deletingReason, s.deletingMessage = sqlv1alpha1.DroppingReason, "terminating connections and dropping"
-	ctrl.LoggerFrom(ctx).Info("Dropping database and role", "database", dbName, "owner", owner)
-	if err := t.server.Drop(ctx, t.spec); err != nil {
+	if err := r.dropOwned(ctx, s, t); err != nil {
 		s.deletingMessage = "dropping failed: " + err.Error()
 		return ctrl.Result{}, fmt.Errorf("dropping: %w", err)
 	}
+	return ctrl.Result{}, r.removeFinalizer(ctx, d)
+}
+
+// dropOwned drops the database and the role, each only if the server says
+// this Database created (or adopted) it; anything else is kept, with an
+// Event. The ownership is read again here, never taken from status.
+func (r *Reconciler) dropOwned(ctx context.Context, s *scope, t *target) error {
+	d, srv, mine := s.d, t.server, t.spec.Claim
+	dbName, owner := t.spec.Name, t.spec.Owner
+	db, err := srv.DatabaseOwnership(ctx, dbName)
+	if err != nil {
+		return err
+	}
+	role, err := srv.RoleOwnership(ctx, owner)
+	if err != nil {
+		return err
+	}
+	var kept []string
+	switch {
+	case !db.Exists:
+	case db.EffectiveClaim() == mine:
+		ctrl.LoggerFrom(ctx).Info("Dropping database", "database", dbName)
+		if err := srv.DropDatabase(ctx, dbName); err != nil {
+			return err
+		}
+	default:
+		kept = append(kept, fmt.Sprintf("database %q", dbName))
+	}
+	privileged := ""
+	if role.Exists {
+		if privileged, err = srv.PrivilegedRole(ctx, owner, t.admin.User); err != nil {
+			return err
+		}
+	}
+	switch {
+	case !role.Exists && role.Claim != mine:
+	case role.Claim == mine && privileged == "":
+		ctrl.LoggerFrom(ctx).Info("Dropping role", "owner", owner)
+		if err := srv.DropRole(ctx, owner, mine); err != nil {
+			return err
+		}
+	default:
+		kept = append(kept, fmt.Sprintf("role %q", owner))
+	}
+	if len(kept) > 0 {
+		r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, "NotOwned", "Delete",
+			"deletionPolicy is Delete, but %s were not created by this Database (no marker with its UID, or privileged): kept on the server", strings.Join(kept, " and "))
+		return nil
+	}
 	r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, "Dropped", "Delete",
 		"Terminated connections, dropped database %q and role %q", dbName, owner)
-	return ctrl.Result{}, r.removeFinalizer(ctx, d)
+	return nil
 }
 
 func verb(d *sqlv1alpha1.Database) string {

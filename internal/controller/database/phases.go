@@ -129,9 +129,10 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 		return nil, ctrl.Result{}, fmt.Errorf("reading the admin Secret: %w", err)
 	}
 	maxConns, _, _ := unstructured.NestedInt64(u.Object, "spec", "maxConnections")
-	t := &target{contract: st, spec: sqlengine.Spec{Name: dbName, Owner: owner, Charset: d.Spec.Charset, Extensions: d.Spec.Extensions}}
+	t := &target{contract: st, spec: sqlengine.Spec{Name: dbName, Owner: owner, Charset: d.Spec.Charset, Extensions: d.Spec.Extensions, Claim: claimOf(d)}}
 	t.admin = sqlengine.Config{Engine: sqlengine.Engine(st.Engine), Host: st.Host, Port: st.Port,
 		User: string(sec.Data[databaseinstance.UsernameKey]), Password: string(sec.Data[databaseinstance.PasswordKey]), MaxConns: int(maxConns)}
+	t.admin.TLSMode = sqlengine.TLSRequire // the default when an instance kind says nothing
 	if mode, _, _ := unstructured.NestedString(u.Object, "spec", "tls", "mode"); mode != "" {
 		t.admin.TLSMode = sqlengine.TLSMode(mode)
 	}
@@ -168,31 +169,30 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return res, err
 	}
 	d := s.d
-	// 1. The password lives in the connection Secret before the role exists,
+	// 1. Nothing is touched that this Database did not create (or adopt).
+	own, res, err := r.checkOwnership(ctx, s, t)
+	if own == nil {
+		return res, err
+	}
+	// 2. The password lives in the connection Secret before the role exists,
 	// so a crash never loses it.
 	password, err := r.ensureSecretPassword(ctx, s, t)
 	if err != nil {
 		return s.provisionFailed(err)
 	}
 	srv := t.server
-	// 2. The owner role.
-	exists, err := srv.RoleExists(ctx, t.spec.Owner)
-	if err != nil {
-		return s.unavailable(err)
-	}
+	// 3. The owner role, created and marked at once.
+	exists := own.role.Exists
 	if !exists {
-		if err := srv.CreateRole(ctx, t.spec.Owner, password); err != nil {
+		if err := srv.CreateRole(ctx, t.spec.Owner, password, t.spec.Claim); err != nil {
 			return s.provisionFailed(err)
 		}
 		if s.provisioned() {
 			s.corrected(sqlv1alpha1.DriftRoleRecreated, fmt.Sprintf("role %q was missing and was created again", t.spec.Owner))
 		}
 	}
-	// 3. The database.
-	info, err := srv.Database(ctx, t.spec.Name)
-	if err != nil {
-		return s.unavailable(err)
-	}
+	// 4. The database, created and marked.
+	info := sqlengine.DatabaseInfo{Exists: own.database.Exists}
 	created := false
 	if !info.Exists {
 		if err := srv.CreateDatabase(ctx, t.spec); err != nil {
@@ -205,7 +205,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, sqlv1alpha1.DriftDatabaseRecreated, "Observe", "%s", msg)
 		}
 	}
-	// 4. Extensions and privileges.
+	// 5. Extensions and privileges.
 	if err := srv.EnsureExtensions(ctx, t.spec); err != nil {
 		return s.provisionFailed(err)
 	}
@@ -225,7 +225,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, sqlv1alpha1.DriftPrivilegesGranted, "Observe", "%s", msg)
 		}
 	}
-	// 5. Ready only after the owner logs in with the Secret's credentials.
+	// 6. Ready only after the owner logs in with the Secret's credentials.
 	login := t.admin
 	login.User, login.Password, login.Database, login.MaxConns = t.spec.Owner, password, t.spec.Name, 1
 	if err := r.Engines.CheckLogin(ctx, login); err != nil {
@@ -245,13 +245,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, sqlv1alpha1.DriftPasswordReset, "Observe", "%s", msg)
 		}
 	}
-	// 6. Restore, once, into the new database.
+	// 7. Restore, once, into the new database.
 	if d.Spec.RestoreFrom != nil && d.Status.RestoredFrom == "" {
 		if res, err := r.restore(ctx, s, t, login); err != nil || !res.IsZero() {
 			return res, err
 		}
 	}
-	// 7. Observe for status.
+	// 8. Observe for status.
 	if info, err = srv.Database(ctx, t.spec.Name); err != nil {
 		return s.unavailable(err)
 	}

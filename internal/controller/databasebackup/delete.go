@@ -255,8 +255,16 @@ func (r *Reconciler) connection(ctx context.Context, d *sqlv1alpha1.Database) (s
 	}
 	cfg.Engine, cfg.Host, cfg.Port = sqlengine.Engine(st.Engine), st.Host, st.Port
 	cfg.User, cfg.Password = string(sec.Data[databaseinstance.UsernameKey]), string(sec.Data[databaseinstance.PasswordKey])
+	cfg.TLSMode = sqlengine.TLSRequire // the default when an instance kind says nothing
 	if mode, _, _ := unstructured.NestedString(u.Object, "spec", "tls", "mode"); mode != "" {
 		cfg.TLSMode = sqlengine.TLSMode(mode)
+	}
+	if caName, _, _ := unstructured.NestedString(u.Object, "spec", "tls", "caSecretRef", "name"); caName != "" {
+		ca := &corev1.Secret{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: caName}, ca); err != nil {
+			return cfg, "", false, fmt.Errorf("reading the CA Secret %q: %w", caName, err)
+		}
+		cfg.CAPEM = ca.Data["ca.crt"] // pg_dump verify-full / mariadb-dump --ssl-verify-server-cert
 	}
 	admin := cfg
 	admin.Database, admin.MaxConns = "", 1

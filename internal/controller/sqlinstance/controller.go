@@ -189,7 +189,7 @@ func (r *Reconciler) check(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.port == 0 {
 		s.port = DefaultPort(r.Engine)
 	}
-	cfg := sqlengine.Config{Engine: sqlengine.Engine(r.Engine), Host: spec.Host, Port: s.port, MaxConns: 1, TLSMode: sqlengine.TLSDisable}
+	cfg := sqlengine.Config{Engine: sqlengine.Engine(r.Engine), Host: spec.Host, Port: s.port, MaxConns: 1, TLSMode: sqlengine.TLSRequire}
 	if spec.TLS != nil && spec.TLS.Mode != "" {
 		cfg.TLSMode = sqlengine.TLSMode(spec.TLS.Mode)
 		if spec.TLS.Mode == sqlv1alpha1.TLSVerifyFull {
@@ -223,6 +223,20 @@ func (r *Reconciler) check(ctx context.Context, s *scope) (ctrl.Result, error) {
 	case err != nil && r.IsAuthError(err):
 		s.fail(sqlv1alpha1.AuthenticationFailedReason, fmt.Sprintf("the server refused the admin credentials in Secret %q: %v", spec.AdminSecretRef.Name, err), true)
 		return ctrl.Result{}, reconcile.TerminalError(errors.New(s.message))
+	case err != nil && sqlengine.IsTLSUnavailable(err):
+		// Stalled (someone must act), but checked again every interval: the
+		// fix is on the server, which no watch sees.
+		s.fail(sqlv1alpha1.TLSUnavailableReason, fmt.Sprintf("tls.mode is %s but the server at %s:%d offers no TLS: enable TLS on the server, or set tls.mode: Disable explicitly if the network to it is trusted",
+			cfg.TLSMode, cfg.Host, cfg.Port), true)
+		return ctrl.Result{RequeueAfter: r.HealthInterval}, nil
+	case err != nil && sqlengine.IsTLSVerifyError(err):
+		caName := ""
+		if spec.TLS != nil && spec.TLS.CASecretRef != nil {
+			caName = spec.TLS.CASecretRef.Name
+		}
+		s.fail(sqlv1alpha1.TLSVerificationFailedReason, fmt.Sprintf("the certificate of the server at %s:%d did not verify against the CA in Secret %q (tls.mode VerifyFull): %v",
+			cfg.Host, cfg.Port, caName, err), true)
+		return ctrl.Result{RequeueAfter: r.HealthInterval}, nil
 	case err != nil:
 		s.fail(sqlv1alpha1.UnreachableReason, fmt.Sprintf("cannot reach %s: %v", cfg.Host, err), false)
 		return ctrl.Result{}, fmt.Errorf("checking %s: %w", cfg.Host, err)

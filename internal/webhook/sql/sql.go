@@ -161,7 +161,7 @@ func (w PostgresInstance) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &sqlv1alpha1.PostgresInstance{}).WithDefaulter(w).WithValidator(w).Complete()
 }
 
-// Default sets port 5432, tls.mode Disable and maxConnections 4.
+// Default sets port 5432, tls.mode Require and maxConnections 4.
 func (PostgresInstance) Default(_ context.Context, i *sqlv1alpha1.PostgresInstance) error {
 	defaultInstance(&i.Spec, 5432)
 	return nil
@@ -190,7 +190,7 @@ func (w MariaDBInstance) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &sqlv1alpha1.MariaDBInstance{}).WithDefaulter(w).WithValidator(w).Complete()
 }
 
-// Default sets port 3306, tls.mode Disable and maxConnections 4.
+// Default sets port 3306, tls.mode Require and maxConnections 4.
 func (MariaDBInstance) Default(_ context.Context, i *sqlv1alpha1.MariaDBInstance) error {
 	defaultInstance(&i.Spec, 3306)
 	return nil
@@ -222,7 +222,7 @@ func defaultInstance(spec *sqlv1alpha1.InstanceSpec, port int32) {
 		spec.TLS = &sqlv1alpha1.InstanceTLS{}
 	}
 	if spec.TLS.Mode == "" {
-		spec.TLS.Mode = sqlv1alpha1.TLSDisable
+		spec.TLS.Mode = sqlv1alpha1.TLSRequire
 	}
 }
 
