@@ -16,6 +16,7 @@ IMG ?= converge:$(VERSION)
 # Test flags: `make test TESTFLAGS=-v` or `make test PKG=./internal/localcp/...`
 PKG ?= ./...
 TESTFLAGS ?=
+FUZZTIME ?= 10s
 
 .DEFAULT_GOAL := help
 
@@ -66,6 +67,14 @@ lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint (config: .golangci
 .PHONY: test
 test: tools verify lint ## Run every test: verify, lint, unit tests and the control-plane suites (builds tools if missing).
 	CONVERGE_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKG)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s): the confined render file system first (.ci/run calls it).
+	@for t in render:FuzzConfinedRead render:FuzzConfinedRender render:FuzzDecode sqlengine:FuzzValidateIdentifier sqlengine:FuzzQuote; do \
+		pkg=$${t%%:*}; name=$${t#*:}; dir=./internal/gitops/$$pkg; [ $$pkg = sqlengine ] && dir=./internal/sqlengine; \
+		echo "fuzz: $$name ($$dir, $(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
+	done
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no control plane.
