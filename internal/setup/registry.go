@@ -52,7 +52,7 @@ var controllers = []controller{
 				MaxFileSize:  o.GitOps.MaxFileSize,
 				Timeout:      o.GitOps.RenderTimeout,
 			},
-			Lockdown:                o.GitOps.Lockdown,
+			Lockdown: o.GitOps.Lockdown,
 		}).SetupWithManager(mgr)
 	}},
 	{name: sqlinstance.PostgresControllerName, setup: func(mgr ctrl.Manager, o Options) error {
