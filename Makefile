@@ -48,6 +48,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manif
 		output:webhook:artifacts:config=config/webhook
 	hack/sync-chart.sh
 
+.PHONY: images
+images: ## Build the QemuMachine test image (Debian cloud kernel + busybox initramfs) into the image cache ($$CONVERGE_IMAGE_CACHE or ~/.cache/converge/images).
+	go run ./hack/images
+
 .PHONY: verify
 verify: $(CONTROLLER_GEN) ## Regenerate everything and fail if that changed the tree (generated files out of date).
 	hack/verify.sh

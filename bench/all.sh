@@ -20,6 +20,10 @@ WORKLOADS_RUNS=${WORKLOADS_RUNS:-1}
 GITOPS_ARGS=${GITOPS_ARGS:--objects 1000 -syncs 100 -edits 100 -pushes 20 -inventory 10000}
 DATABASES_ARGS=${DATABASES_ARGS:--n 100 -rss-n 1000}
 FAIRNESS_ARGS=${FAIRNESS_ARGS:--objects 5000 -replicas 100 -runs 1}
+FAILOVER_ARGS=${FAILOVER_ARGS:--objects 1000 -kills 5 -terms 5}
+LOADBALANCER_ARGS=${LOADBALANCER_ARGS:--services 20 -kills 10 -wrk 5s}
+MACHINES_ARGS=${MACHINES_ARGS:--n 1000 -qemu 5}
+CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000}
 SKIP=${SKIP:-}
 LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
 mkdir -p "$LOGS"
@@ -52,6 +56,10 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench gitops go run ./bench/gitops $GITOPS_ARGS
 	bench databases go run ./bench/databases $DATABASES_ARGS
 	bench fairness go run ./bench/fairness $FAIRNESS_ARGS
+	bench failover go run ./bench/failover $FAILOVER_ARGS
+	bench loadbalancer go run ./bench/loadbalancer $LOADBALANCER_ARGS
+	bench machines go run ./bench/machines $MACHINES_ARGS
+	bench certificates go run ./bench/certificates $CERTIFICATES_ARGS
 }
 
 echo

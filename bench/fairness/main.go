@@ -43,6 +43,7 @@ import (
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/sqltest"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -81,7 +82,9 @@ func run(ctx context.Context, objects int, replicas int32, runs int) error {
 	}
 	defer func() { _ = srv.Stop() }()
 	logf("starting the control plane (kube-controller-manager, scheduler, 1 kwok node) and the manager")
-	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true, Scheduler: true, Nodes: 1})
+	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true, Scheduler: true, Nodes: 1, Manager: func(o *setup.Options) {
+		o.GitOps.Lockdown = false // the Sync acts as the manager, as under `converge up` and in bench/gitops
+	}})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,12 +52,15 @@ import (
 )
 
 var (
-	nObjects   = flag.Int("objects", 1000, "objects of the single big Sync (and of the floor)")
-	nSyncs     = flag.Int("syncs", 100, "Syncs of 10 objects")
-	nEdits     = flag.Int("edits", 100, "out-of-band edits for the drift latency")
-	nPushes    = flag.Int("pushes", 20, "push webhooks for the push latency")
-	nInventory = flag.Int("inventory", 10000, "objects in inventories when RSS is measured")
-	workers    = flag.Int("floor-workers", 8, "concurrency of the concurrent floor (the Sync applies with 8 workers)")
+	nObjects    = flag.Int("objects", 1000, "objects of the single big Sync (and of the floor)")
+	nSyncs      = flag.Int("syncs", 100, "Syncs of 10 objects")
+	nEdits      = flag.Int("edits", 100, "out-of-band edits for the drift latency")
+	nPushes     = flag.Int("pushes", 20, "push webhooks for the push latency")
+	nInventory  = flag.Int("inventory", 10000, "objects in inventories when RSS is measured")
+	workers     = flag.Int("floor-workers", 8, "concurrency of the concurrent floor (the Sync applies with 8 workers)")
+	syncRuns    = flag.Int("sync-runs", 3, "runs of (8-way floor, Sync) pairs for the big Sync; the median ratio is printed (one run's ratio moves by 0.2 under load)")
+	memProfile  = flag.String("memprofile", "", "write a heap profile here once the inventories are filled")
+	controllers = flag.String("controllers", "*", "controllers the manager runs (--controllers), e.g. gitrepository,sync to compare the RSS without the others")
 )
 
 func main() {
@@ -69,6 +73,7 @@ func main() {
 	step("starting the control plane")
 	// The pushes measure latency, not the receiver's rate limits.
 	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
+		o.Controllers = strings.Split(*controllers, ",")
 		o.GitOps.Lockdown = false // the benchmark's Syncs act as the manager, as under `converge up`
 		o.Receiver.SourceRate, o.Receiver.SourceBurst = 1000, 1000
 		o.Receiver.Rate, o.Receiver.Burst = 1000, 1000
@@ -87,20 +92,34 @@ func main() {
 	objs := mixedObjects(*nObjects)
 	step(fmt.Sprintf("floor: SSA loop of %d objects", len(objs)))
 	seq := b.floor(b.ns("floor-seq"), objs, 1)
-	conc := b.floor(b.ns("floor-conc"), objs, *workers)
 	add(fmt.Sprintf("floor, %d objects, sequential SSA", len(objs)), seq.Round(time.Millisecond).String())
-	add(fmt.Sprintf("floor, %d objects, %d concurrent SSA", len(objs), *workers), conc.Round(time.Millisecond).String())
-	step(fmt.Sprintf("one Sync of %d objects", len(objs)))
-	ns1 := b.ns("big")
 	repo1 := b.repo("big", map[string][]*unstructured.Unstructured{"app": objs})
-	d1, err := b.syncs(ns1, repo1, []string{"app"})
-	if err != nil {
-		fail(err)
+	// Floor and Sync alternate, each pair in fresh namespaces, so a change
+	// of the machine's load moves both sides of a ratio; the medians are
+	// printed.
+	var concs, d1s []time.Duration
+	var ratios []float64
+	var ns1 string
+	for run := range max(1, *syncRuns) {
+		step(fmt.Sprintf("run %d: %d-way floor, then one Sync of %d objects", run+1, *workers, len(objs)))
+		conc := b.floor(b.ns("floor-conc"), objs, *workers)
+		ns1 = b.ns("big")
+		d1, err := b.syncs(ns1, repo1, []string{"app"})
+		if err != nil {
+			fail(err)
+		}
+		concs, d1s, ratios = append(concs, conc), append(d1s, d1), append(ratios, d1.Seconds()/conc.Seconds())
+		add(fmt.Sprintf("run %d: floor %d-way / Sync of %d objects", run+1, *workers, len(objs)), fmt.Sprintf("%s / %s = %.2fx (load %s)",
+			conc.Round(time.Millisecond), d1.Round(time.Millisecond), ratios[run], loadavg()))
 	}
+	conc, d1 := median(concs), median(d1s)
+	sort.Float64s(ratios)
+	ratio := ratios[len(ratios)/2]
+	add(fmt.Sprintf("floor, %d objects, %d concurrent SSA (median of %d)", len(objs), *workers, len(concs)), conc.Round(time.Millisecond).String())
 	benchout.Line(fmt.Sprintf("gitops.floor_%d_objects_8_workers", len(objs)), conc.Seconds(), "s")
-	benchout.Ratio(fmt.Sprintf("gitops.sync_%d_objects", len(objs)), d1.Seconds(), "s", d1.Seconds()/conc.Seconds())
-	add(fmt.Sprintf("Sync, %d objects, create -> Ready", len(objs)), fmt.Sprintf("%s (%.2fx the concurrent floor, %.2fx the sequential one)",
-		d1.Round(time.Millisecond), d1.Seconds()/conc.Seconds(), d1.Seconds()/seq.Seconds()))
+	benchout.Ratio(fmt.Sprintf("gitops.sync_%d_objects", len(objs)), d1.Seconds(), "s", ratio)
+	add(fmt.Sprintf("Sync, %d objects, create -> Ready (median of %d)", len(objs), len(d1s)), fmt.Sprintf("%s (median ratio %.2fx the concurrent floor, range %.2f-%.2f; %.2fx the sequential one)",
+		d1.Round(time.Millisecond), ratio, ratios[0], ratios[len(ratios)-1], d1.Seconds()/seq.Seconds()))
 
 	// (2) many small Syncs.
 	step(fmt.Sprintf("%d Syncs x 10 objects", *nSyncs))
@@ -127,7 +146,7 @@ func main() {
 	lat := b.drift(ns1, *nEdits)
 	add("drift: edit -> corrected", pcts(lat))
 	if len(lat) > 0 {
-		benchout.Line("gitops.drift_corrected_p50", float64(pct(lat, 0.5).Milliseconds()), "ms")
+		benchout.Line("gitops.drift_corrected_p50", float64(median(lat).Milliseconds()), "ms")
 	}
 
 	// (4) push webhook -> applied.
@@ -138,11 +157,11 @@ func main() {
 	}
 	add("push webhook -> applied", pcts(plat))
 	if len(plat) > 0 {
-		benchout.Line("gitops.push_applied_p50", float64(pct(plat, 0.5).Milliseconds()), "ms")
+		benchout.Line("gitops.push_applied_p50", float64(median(plat).Milliseconds()), "ms")
 	}
 
 	// (5) RSS with many objects in inventories.
-	have := len(objs) + *nSyncs*10 + 1
+	have := len(objs)*max(1, *syncRuns) + *nSyncs*10 + 1
 	if rest := *nInventory - have; rest > 0 {
 		step(fmt.Sprintf("filling inventories to %d objects", *nInventory))
 		ns3 := b.ns("fill")
@@ -165,13 +184,20 @@ func main() {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	rss := rssMiB()
+	rss, anon, file := rssMiB()
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			fail(err)
+		}
+	}
 	// What the process needs at rest: return freed pages to the OS first.
 	debug.FreeOSMemory()
+	after, _, _ := rssMiB()
 	add(fmt.Sprintf("process with >= %d inventory objects", *nInventory), fmt.Sprintf(
-		"RSS %d MiB (%d MiB after returning freed memory to the OS), Go heap in use %d MiB; manager and benchmark client in one process",
-		rss, rssMiB(), ms.HeapInuse>>20))
+		"RSS %d MiB as read (anonymous %d, file-backed %d: the binary's code), %d MiB after returning freed memory to the OS, Go heap in use %d MiB; manager and benchmark client in one process",
+		rss, anon, file, after, ms.HeapInuse>>20))
 	benchout.Line(fmt.Sprintf("gitops.rss_%d_inventory", *nInventory), float64(rss), "MiB")
+	benchout.Line(fmt.Sprintf("gitops.rss_anon_%d_inventory", *nInventory), float64(anon), "MiB")
 
 	fmt.Println("bench/gitops results")
 	for _, r := range rows {
@@ -474,23 +500,47 @@ func pcts(d []time.Duration) string {
 	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
 }
 
-// pct is the q-quantile of d.
-func pct(d []time.Duration, q float64) time.Duration {
+// median is the median of d.
+func median(d []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[min(len(s)-1, int(q*float64(len(s))))]
+	return s[min(len(s)-1, len(s)/2)]
 }
 
-func rssMiB() int64 {
+// rssMiB reads the process's resident memory: in all, anonymous (heap,
+// stacks) and file-backed (the mapped binary).
+func rssMiB() (rss, anon, file int64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return -1
+		return -1, -1, -1
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.Fields(f)[0], 10, 64)
-			return kb >> 10
+		for _, f := range []struct {
+			prefix string
+			v      *int64
+		}{{"VmRSS:", &rss}, {"RssAnon:", &anon}, {"RssFile:", &file}} {
+			if v, ok := strings.CutPrefix(l, f.prefix); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				*f.v = kb >> 10
+			}
 		}
 	}
-	return -1
+	return rss, anon, file
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.WriteHeapProfile(f)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }

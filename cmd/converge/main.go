@@ -48,6 +48,8 @@ cluster -> outside world (databases and other external systems).
 	pf.StringVar(&g.logFormat, "log-format", "console", "log format: console or json")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: error, info, debug, or a number (higher is more verbose)")
 	root.AddCommand(newRunCommand(g), newUpCommand(g), newVersionCommand(),
-		newRolloutCommand(g), newReconcileCommand(g), newSyncCommand(g), newDiffCommand(g))
+		newRolloutCommand(g), newReconcileCommand(g), newSyncCommand(g), newDiffCommand(g), newAgentCommand(g),
+		newMachineCommand(g))
+	root.AddCommand(newCertCommand(g))
 	return root
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	"github.com/converge-dev/converge/internal/setup"
@@ -67,6 +68,12 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "use a Lease so that one replica is active at a time")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the Pod's namespace)")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the Lease (the shard key is appended)")
+	f.DurationVar(&o.LeaderElectionTimings.LeaseDuration, "leader-elect-lease-duration", o.LeaderElectionTimings.LeaseDuration,
+		"how long a standby waits after the last renewal it saw before it takes the Lease (a killed leader is replaced after about this plus one retry period)")
+	f.DurationVar(&o.LeaderElectionTimings.RenewDeadline, "leader-elect-renew-deadline", o.LeaderElectionTimings.RenewDeadline,
+		"how long the leader tries to renew before it steps down; it stops writing this long after its last successful renewal was sent (at least 500ms under the lease duration)")
+	f.DurationVar(&o.LeaderElectionTimings.RetryPeriod, "leader-elect-retry-period", o.LeaderElectionTimings.RetryPeriod,
+		"how often the leader renews and standbys try to acquire (one Lease request per period per replica; at most half the renew deadline)")
 	addBudgetFlags(f, &o)
 	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
 	f.StringVar(&o.Receiver.BindAddress, "receiver-bind-address", o.Receiver.BindAddress, "address of the push webhook receiver (plain HTTP; put TLS in front); '0' disables")
@@ -75,8 +82,11 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringVar(&o.Webhook.CertSecret, "webhook-cert-secret", "", "keep the webhook certificate in this Secret ([namespace/]name; watched, rotated without restart)")
 	f.BoolVar(&o.Webhook.SelfManage, "webhook-cert-self-managed", o.Webhook.SelfManage, "issue and renew the webhook certificate and inject its CA; false when cert-manager or Helm owns them")
 	f.StringVar(&o.BackupDir, "backup-dir", o.BackupDir, "backup store of the backup-before-delete controller and of restores (mount a volume here in-cluster)")
-	f.DurationVar(&o.DatabaseObserveInterval, "database-observe-interval", o.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
+	f.DurationVar(&o.DatabaseObserveInterval, "database-observe-interval", o.DatabaseObserveInterval, "how often each database server is checked for drift (one snapshot for all its Databases)")
+	f.DurationVar(&o.DatabaseResyncInterval, "database-resync-interval", o.DatabaseResyncInterval, "how often a Ready Database is fully reconciled (password and extensions checked), ±5 %")
+	f.BoolVar(&o.LBDefaultClass, "lb-default-class", o.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	f.DurationVar(&o.SQLInstanceHealthInterval, "sql-instance-health-interval", o.SQLInstanceHealthInterval, "how often a Ready PostgresInstance or MariaDBInstance logs in again")
+	addMachineFlags(f, &o.Machines)
 	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")
 	f.StringVar(&o.GitOps.CacheDir, "gitops-cache-dir", "", "directory of fetched git revisions (default: a new temporary directory)")
 	f.BoolVar(&o.GitOps.AllowCrossNamespaceRefs, "gitops-allow-cross-namespace-refs", false, "let a Sync use a GitRepository of another namespace")
@@ -87,9 +97,18 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.Var(sizeFlag{&o.GitOps.MaxFileSize}, "gitops-max-file-size", "size of each file a render reads; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	f.IntVar(&o.GitOps.MaxManifests, "gitops-max-manifests", o.GitOps.MaxManifests, "objects one Sync may render; beyond, the Sync is Stalled (RenderLimitExceeded)")
 	f.DurationVar(&o.GitOps.RenderTimeout, "gitops-render-timeout", o.GitOps.RenderTimeout, "time one render may take; beyond, the Sync is Stalled (RenderLimitExceeded)")
+	f.IntVar(&o.GitOps.RenderCacheObjects, "gitops-render-cache-objects", syncctrl.DefaultRenderCacheObjects, "rendered objects kept in memory across all Syncs, least recently used evicted first (an evicted Sync renders again on its next reconcile)")
 	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account (in the Sync's namespace) that Syncs naming none act as; the chart sets 'default'")
 	f.BoolVar(&o.GitOps.Lockdown, "gitops-lockdown", o.GitOps.Lockdown, "never let a Sync act as the manager: with no --gitops-default-service-account, Syncs without spec.serviceAccountName are refused; false lets them use the manager's identity (single-tenant clusters)")
+	addPKIFlags(f, &o, ":8089")
 	return cmd
+}
+
+// addPKIFlags adds the certificate controllers' flags.
+func addPKIFlags(f *pflag.FlagSet, o *setup.Options, http01 string) {
+	f.StringVar(&o.PKI.ClusterResourceNamespace, "cluster-resource-namespace", o.PKI.ClusterResourceNamespace, "namespace of the Secrets (CA, ACME account key) of ClusterIssuers")
+	f.BoolVar(&o.PKI.OwnSecrets, "certificate-owns-secret", false, "make every Certificate own its Secret, so that deleting the Certificate deletes the Secret (spec.ownSecret overrides)")
+	f.StringVar(&o.PKI.ACMEHTTP01BindAddress, "acme-http01-bind-address", http01, "address answering ACME HTTP-01 challenges (route port 80 of the names here); '0' disables")
 }
 
 // addBudgetFlags adds --kube-api-qps and --kube-api-burst: one client-side

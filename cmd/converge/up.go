@@ -52,6 +52,15 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 			if o.Manager.BackupDir == "" {
 				o.Manager.BackupDir = setup.LocalBackupDir(o.ControlPlane.DataDir)
 			}
+			state, images := setup.LocalMachineDirs(o.ControlPlane.DataDir)
+			if o.Manager.Machines.StateDir == "" {
+				o.Manager.Machines.StateDir = state
+			}
+			if o.Manager.Machines.ImageDir == "" {
+				o.Manager.Machines.ImageDir = images
+			}
+			// VMs run under `converge up` and stop with it: no orphans.
+			o.Manager.Machines.StopVMsOnExit = true
 			o.Out = cmd.OutOrStdout()
 			_, _ = fmt.Fprintf(o.Out, "Starting Converge locally (data: %s)\n", o.ControlPlane.DataDir)
 			return up.Run(ctrl.SetupSignalHandler(), o)
@@ -69,8 +78,12 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.StringVar(&o.Manager.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", "address of /healthz and /readyz; '0' disables")
 	f.StringVar(&o.Manager.Receiver.BindAddress, "receiver-bind-address", "127.0.0.1:9292", "address of the push webhook receiver (plain HTTP); '0' disables")
 	f.StringVar(&o.Manager.BackupDir, "backup-dir", "", "backup store of the backup-before-delete controller (default: <data-dir>/backups)")
-	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often a Ready Database is checked for drift on its server")
+	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often each database server is checked for drift (one snapshot for all its Databases)")
+	f.DurationVar(&o.Manager.DatabaseResyncInterval, "database-resync-interval", o.Manager.DatabaseResyncInterval, "how often a Ready Database is fully reconciled (password and extensions checked), ±5 %")
+	f.BoolVar(&o.Manager.LBDefaultClass, "lb-default-class", o.Manager.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	addBudgetFlags(f, &o.Manager)
+	addMachineFlags(f, &o.Manager.Machines)
+	addPKIFlags(f, &o.Manager, "127.0.0.1:8089")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
 	// One user, the admin of the local control plane: Syncs without a
 	// service account act as the manager unless asked otherwise.

@@ -20,6 +20,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/git"
+	"github.com/converge-dev/converge/internal/gitops/placement"
 	"github.com/converge-dev/converge/internal/gitops/render"
 )
 
@@ -92,7 +93,13 @@ func Diff(ctx context.Context, c client.Client, out io.Writer, key types.Namespa
 	changed := false
 	unchanged := 0
 	for _, u := range objs {
-		prepare(c.RESTMapper(), sy, u)
+		if err := prepare(c.RESTMapper(), sy, u); err != nil {
+			gvk, name := u.GroupVersionKind(), u.GetName()
+			file, _ := render.Locate(ctx, dir, sy.Spec.Path, opts.Render, func(o *unstructured.Unstructured) bool {
+				return o.GroupVersionKind() == gvk && o.GetName() == name
+			})
+			return changed, fmt.Errorf("revision %s: %s %s in %s: %w", resolved.Revision(), gvk.Kind, name, file, err)
+		}
 		id := objectID(u.GroupVersionKind().Group, u.GetKind(), u.GetNamespace(), u.GetName())
 		desired[id] = true
 		live := &unstructured.Unstructured{}
@@ -153,8 +160,9 @@ func objectID(group, kind, ns, name string) string {
 	return gk + "/" + ns + "/" + name
 }
 
-// prepare sets the labels and target namespace the controller would set.
-func prepare(m meta.RESTMapper, sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) {
+// prepare sets the labels and the namespace the controller would set (the
+// same rule: internal/gitops/placement).
+func prepare(m meta.RESTMapper, sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) error {
 	l := u.GetLabels()
 	if l == nil {
 		l = map[string]string{}
@@ -162,11 +170,12 @@ func prepare(m meta.RESTMapper, sy *gitopsv1alpha1.Sync, u *unstructured.Unstruc
 	l[gitopsv1alpha1.SyncNameLabel] = sy.Name
 	l[gitopsv1alpha1.SyncNamespaceLabel] = sy.Namespace
 	u.SetLabels(l)
-	if u.GetNamespace() == "" && sy.Spec.TargetNamespace != "" {
-		if rm, err := m.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil && rm.Scope.Name() == meta.RESTScopeNameNamespace {
-			u.SetNamespace(sy.Spec.TargetNamespace)
-		}
+	ns, err := placement.Namespace(m, sy, u)
+	if err != nil {
+		return err
 	}
+	u.SetNamespace(ns)
+	return nil
 }
 
 // cleanYAML renders an object without server-managed metadata and status.

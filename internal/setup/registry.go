@@ -8,15 +8,26 @@ import (
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/certificate"
+	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/databasebackup"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	"github.com/converge-dev/converge/internal/controller/issuer"
+	"github.com/converge-dev/converge/internal/controller/kwokmachine"
+	"github.com/converge-dev/converge/internal/controller/lbipam"
+	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	"github.com/converge-dev/converge/internal/gitops/render"
+	"github.com/converge-dev/converge/internal/qemu"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
+	webhooklb "github.com/converge-dev/converge/internal/webhook/lb"
+	webhookmachine "github.com/converge-dev/converge/internal/webhook/machine"
+	webhookpki "github.com/converge-dev/converge/internal/webhook/pki"
 	webhooksql "github.com/converge-dev/converge/internal/webhook/sql"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
@@ -52,7 +63,8 @@ var controllers = []controller{
 				MaxFileSize:  o.GitOps.MaxFileSize,
 				Timeout:      o.GitOps.RenderTimeout,
 			},
-			Lockdown: o.GitOps.Lockdown,
+			Lockdown:           o.GitOps.Lockdown,
+			RenderCacheObjects: o.GitOps.RenderCacheObjects,
 		}).SetupWithManager(mgr)
 	}},
 	{name: sqlinstance.PostgresControllerName, setup: func(mgr ctrl.Manager, o Options) error {
@@ -62,10 +74,45 @@ var controllers = []controller{
 		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EngineMariaDB, HealthInterval: o.SQLInstanceHealthInterval}).SetupWithManager(mgr)
 	}},
 	{name: database.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&database.Reconciler{ObserveInterval: o.DatabaseObserveInterval, BackupDir: o.BackupDir}).SetupWithManager(mgr)
+		return (&database.Reconciler{ObserveInterval: o.DatabaseObserveInterval, ResyncInterval: o.DatabaseResyncInterval, BackupDir: o.BackupDir}).SetupWithManager(mgr)
 	}},
 	{name: databasebackup.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&databasebackup.Reconciler{BackupDir: o.BackupDir}).SetupWithManager(mgr)
+	}},
+	{name: lbipam.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&lbipam.Reconciler{DefaultClass: o.LBDefaultClass}).SetupWithManager(mgr)
+	}},
+	{name: machinectrl.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&machinectrl.Reconciler{DrainTimeout: o.Machines.DrainTimeout}).SetupWithManager(mgr)
+	}},
+	{name: kwokmachine.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&kwokmachine.Reconciler{}).SetupWithManager(mgr)
+	}},
+	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		m := o.Machines
+		if m.StateDir == "" {
+			m.StateDir = DefaultMachineStateDir
+		}
+		if m.ImageDir == "" {
+			m.ImageDir = DefaultMachineImageDir
+		}
+		return (&qemumachine.Reconciler{
+			Host:           &qemu.Host{StateDir: m.StateDir, ImageDir: m.ImageDir, Netns: m.Netns, Binary: m.QemuBinary, Accel: m.QemuAccel},
+			PowerDownGrace: m.PowerDownGrace,
+			StopVMsOnExit:  m.StopVMsOnExit,
+		}).SetupWithManager(mgr)
+	}},
+	{name: issuer.IssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
+	}},
+	{name: issuer.ClusterIssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&issuer.Reconciler{Cluster: true, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
+	}},
+	{name: certificaterequest.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver}).SetupWithManager(mgr)
+	}},
+	{name: certificate.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase}).SetupWithManager(mgr)
 	}},
 }
 
@@ -89,6 +136,15 @@ var webhooks = []webhookSet{
 	{name: "postgresinstance", setup: webhooksql.PostgresInstance{}.SetupWithManager},
 	{name: "mariadbinstance", setup: webhooksql.MariaDBInstance{}.SetupWithManager},
 	{name: "database", setup: webhooksql.Database{}.SetupWithManager},
+	{name: "ipaddresspool", setup: webhooklb.IPAddressPool{}.SetupWithManager},
+	{name: "l2advertisement", setup: webhooklb.L2Advertisement{}.SetupWithManager},
+	{name: "machine", setup: webhookmachine.Machine{}.SetupWithManager},
+	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
+		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
+	}},
+	{name: "issuer", setup: webhookpki.Issuer{}.SetupWithManager},
+	{name: "clusterissuer", setup: webhookpki.ClusterIssuer{}.SetupWithManager},
+	{name: "certificaterequest", setup: webhookpki.CertificateRequest{}.SetupWithManager},
 }
 
 // ControllerNames lists every controller by name, sorted.

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -38,10 +40,18 @@ import (
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
+	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/acme"
+	"github.com/converge-dev/converge/internal/controller/certificaterequest"
+	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
+	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/sharding"
 	"github.com/converge-dev/converge/internal/webhookcert"
 )
@@ -80,6 +90,10 @@ type Options struct {
 	LeaderElectionNamespace string
 	// LeaderElectionID names the Lease; the shard key is appended.
 	LeaderElectionID string
+	// LeaderElectionTimings are the Lease's timings (validated: see
+	// LeaderElectionTimings.Validate). Controller writes are fenced by the
+	// Lease, and standbys warm their caches before they win.
+	LeaderElectionTimings LeaderElectionTimings
 
 	// Webhook configures the admission webhook server.
 	Webhook WebhookOptions
@@ -106,12 +120,23 @@ type Options struct {
 	// it). In-cluster it is a mounted volume (a PVC); `converge up` uses
 	// <data-dir>/backups, .converge/backups by default.
 	BackupDir string
-	// DatabaseObserveInterval is how often a Ready Database is re-observed
-	// for drift.
+	// DatabaseObserveInterval is how often each database instance's server
+	// is observed for drift, all its Databases in one snapshot.
 	DatabaseObserveInterval time.Duration
+	// DatabaseResyncInterval is how often a Ready Database is fully
+	// reconciled (its password and extensions checked), ±5 %.
+	DatabaseResyncInterval time.Duration
+	// LBDefaultClass makes the loadbalancer-ipam controller serve
+	// LoadBalancer Services without spec.loadBalancerClass.
+	LBDefaultClass bool
 	// SQLInstanceHealthInterval is how often a Ready PostgresInstance or
 	// MariaDBInstance logs in again.
 	SQLInstanceHealthInterval time.Duration
+
+	// Machines configures the Machine controller and the machine providers.
+	Machines MachineOptions
+	// PKI configures the certificate controllers.
+	PKI PKIOptions
 
 	// SkipControllerNameValidation allows several managers in one process
 	// (tests); controller names are otherwise unique per process so that
@@ -146,12 +171,38 @@ type GitOpsOptions struct {
 	MaxFileSize int64
 	// RenderTimeout bounds one render; 0 is render.DefaultTimeout.
 	RenderTimeout time.Duration
+	// RenderCacheObjects bounds the rendered objects the Sync controller
+	// keeps in memory across all Syncs (least recently used evicted, the
+	// newest always kept); 0 is sync.DefaultRenderCacheObjects.
+	RenderCacheObjects int
 	// Lockdown makes sure no Sync ever acts as the manager: a Sync that
 	// names no service account, while DefaultServiceAccount is empty, is
 	// refused by the webhook and Stalled (ServiceAccountRequired) by the
 	// controller. Without Lockdown such a Sync uses the manager's identity,
 	// which suits single-user clusters only (`converge up` turns it off).
 	Lockdown bool
+}
+
+// PKIOptions configure the Issuer, ClusterIssuer, CertificateRequest and
+// Certificate controllers and their webhooks.
+type PKIOptions struct {
+	// ClusterResourceNamespace holds the Secrets (CA, ACME account key) of
+	// ClusterIssuers (as cert-manager's --cluster-resource-namespace).
+	ClusterResourceNamespace string
+	// OwnSecrets sets an ownerReference from every Certificate's Secret to
+	// the Certificate (--certificate-owns-secret); spec.ownSecret overrides.
+	OwnSecrets bool
+	// ACMEHTTP01BindAddress serves ACME HTTP-01 answers; "0" or empty
+	// disables the listener.
+	ACMEHTTP01BindAddress string
+	// MinimumCertificateDuration is the shortest spec.duration the webhook
+	// accepts; 1h when zero. Tests lower it.
+	MinimumCertificateDuration time.Duration
+	// BackoffBase is the wait after a first failed issuance (doubling, at
+	// most 32h); 1h when zero.
+	BackoffBase time.Duration
+	// Solver holds the HTTP-01 answers; made by New when nil.
+	Solver *acme.Solver
 }
 
 // WebhookOptions configure the webhook server and its certificate.
@@ -185,21 +236,29 @@ func LocalBackupDir(dataDir string) string { return filepath.Join(dataDir, "back
 // DefaultOptions returns the defaults `converge run` starts from.
 func DefaultOptions() Options {
 	return Options{
-		Controllers:               []string{"*"},
-		MetricsBindAddress:        ":8443",
-		SecureMetrics:             true,
-		HealthProbeBindAddress:    ":8081",
-		LeaderElectionID:          "converge-manager",
+		Controllers:            []string{"*"},
+		MetricsBindAddress:     ":8443",
+		SecureMetrics:          true,
+		HealthProbeBindAddress: ":8081",
+		LeaderElectionID:       "converge-manager",
+		LeaderElectionTimings: LeaderElectionTimings{
+			LeaseDuration: DefaultLeaseDuration,
+			RenewDeadline: DefaultRenewDeadline,
+			RetryPeriod:   DefaultRetryPeriod,
+		},
 		GracefulShutdownTimeout:   30 * time.Second,
 		BackupDir:                 DefaultBackupDir,
 		GitOps:                    GitOpsOptions{Lockdown: true},
-		DatabaseObserveInterval:   time.Minute,
+		DatabaseObserveInterval:   database.DefaultObserveInterval,
+		DatabaseResyncInterval:    database.DefaultResyncInterval,
+		LBDefaultClass:            true,
 		SQLInstanceHealthInterval: time.Minute,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,
 		},
 		Receiver: receiver.DefaultOptions(),
+		PKI:      PKIOptions{ClusterResourceNamespace: "converge-system"},
 	}
 }
 
@@ -213,6 +272,10 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(gitopsv1alpha1.AddToScheme(s))
 	utilruntime.Must(sqlv1alpha1.AddToScheme(s))
 	utilruntime.Must(backupv1alpha1.AddToScheme(s))
+	utilruntime.Must(lbv1alpha1.AddToScheme(s))
+	utilruntime.Must(machinev1alpha1.AddToScheme(s))
+	utilruntime.Must(infrastructurev1alpha1.AddToScheme(s))
+	utilruntime.Must(pkiv1alpha1.AddToScheme(s))
 	return s
 }
 
@@ -226,6 +289,9 @@ type Converge struct {
 	Enabled []string
 	// APIs holds each enabled controller's own clients and budget, by name.
 	APIs map[string]*ControllerAPI
+	// Fence gates every controller write on the leader Lease; nil without
+	// leader election.
+	Fence *Fence
 }
 
 // New builds the manager: it validates options, loads (or issues) the webhook
@@ -237,6 +303,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	}
 	if err := validateBudgets(o); err != nil {
 		return nil, err
+	}
+	switch o.Machines.QemuAccel {
+	case qemu.AccelAuto, qemu.AccelKVM, qemu.AccelTCG:
+	default:
+		return nil, fmt.Errorf("--machine-qemu-accel=%q: want kvm, tcg or empty (automatic)", o.Machines.QemuAccel)
 	}
 	// The manager's own clients: shared informers, events, leader election,
 	// webhook certificate, push receiver.
@@ -266,6 +337,24 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	}
 	if o.SkipControllerNameValidation {
 		mopts.Controller.SkipNameValidation = &o.SkipControllerNameValidation
+	}
+	var fence *Fence
+	if o.LeaderElection {
+		t := o.LeaderElectionTimings
+		if err := t.Validate(); err != nil {
+			return nil, err
+		}
+		fence = NewFence(t.RenewDeadline)
+		lock, err := newLeaseLock(cfg, o.LeaderElectionNamespace, leaderElectionID(o), t, fence)
+		if err != nil {
+			return nil, err
+		}
+		mopts.LeaderElectionResourceLockInterface = lock
+		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &t.LeaseDuration, &t.RenewDeadline, &t.RetryPeriod
+		// Warm standbys: every controller starts its sources (and so fills
+		// the shared cache) before this replica wins the Lease.
+		warm := true
+		mopts.Controller.EnableWarmup = &warm
 	}
 	if o.SecureMetrics {
 		mopts.Metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -339,9 +428,20 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			return nil, err
 		}
 	}
+	if o.PKI.Solver == nil {
+		o.PKI.Solver = acme.NewSolver()
+	}
+	// Only the CertificateRequest controller answers ACME challenges: a
+	// manager without it never binds the port (two replicas of a GitOps-only
+	// manager on one host must not collide on it).
+	if a := o.PKI.ACMEHTTP01BindAddress; a != "" && a != "0" && slices.Contains(enabled, certificaterequest.ControllerName) {
+		if err := mgr.Add(&acme.Server{Addr: a, Solver: o.PKI.Solver}); err != nil {
+			return nil, err
+		}
+	}
 	apis := make(map[string]*ControllerAPI, len(enabled))
 	for _, name := range enabled {
-		api, err := newControllerAPI(mgr, name, o.Budget(name))
+		api, err := newControllerAPI(mgr, name, o.Budget(name), fence)
 		if err != nil {
 			return nil, err
 		}
@@ -351,7 +451,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			return nil, fmt.Errorf("setting up controller %s: %w", name, err)
 		}
 	}
-	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled, APIs: apis}, nil
+	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled, APIs: apis, Fence: fence}, nil
 }
 
 // CABundle returns the CA that signed the webhook serving certificate, for
@@ -447,16 +547,29 @@ func ShardSelector(key string) labels.Selector {
 	return labels.NewSelector().Add(*req)
 }
 
-// shardedKinds are the Converge kinds a shard key partitions.
+// shardedKinds are the Converge kinds a shard key partitions: every kind
+// of a *.converge.dev group in Scheme, so that a kind added later cannot be
+// forgotten (a shard manager and the default one would both reconcile it:
+// two VMs for one QemuMachine, two issuances for one Certificate).
 func shardedKinds() []client.Object {
-	return []client.Object{
-		&workloadsv1alpha1.BasicReplicaSet{},
-		&workloadsv1alpha1.BasicDeployment{},
-		&gitopsv1alpha1.GitRepository{},
-		&gitopsv1alpha1.Sync{},
-		&sqlv1alpha1.PostgresInstance{}, &sqlv1alpha1.MariaDBInstance{}, &sqlv1alpha1.Database{},
-		&backupv1alpha1.DatabaseBackup{},
+	s := Scheme()
+	var out []client.Object
+	gvks := slices.SortedFunc(maps.Keys(s.AllKnownTypes()), func(a, b schema.GroupVersionKind) int {
+		return strings.Compare(a.String(), b.String())
+	})
+	for _, gvk := range gvks {
+		if !strings.HasSuffix(gvk.Group, ".converge.dev") || strings.HasSuffix(gvk.Kind, "List") {
+			continue
+		}
+		obj, err := s.New(gvk)
+		if err != nil {
+			continue
+		}
+		if o, ok := obj.(client.Object); ok {
+			out = append(out, o)
+		}
 	}
+	return out
 }
 
 // SelectControllers resolves --controllers into a sorted list of names.

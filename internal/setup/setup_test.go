@@ -119,6 +119,19 @@ func TestCacheOptionsShardConvergeKindsOnly(t *testing.T) {
 		g.Expect(by.Label.String()).To(Equal(ShardSelector("a").String()))
 	}
 	g.Expect(cacheOptions(Options{}).DefaultNamespaces).To(BeEmpty(), "no namespaces: watch all")
+
+	// Every Converge kind is sharded, including the ones added after the
+	// list was first written (a QemuMachine reconciled by two managers
+	// gets two VMs).
+	kinds := map[string]bool{}
+	for obj := range co.ByObject {
+		kinds[reflect.TypeOf(obj).Elem().Name()] = true
+	}
+	for _, k := range []string{"Sync", "GitRepository", "BasicDeployment", "BasicReplicaSet", "Database", "DatabaseBackup",
+		"PostgresInstance", "MariaDBInstance", "Machine", "QemuMachine", "KwokMachine", "Certificate", "CertificateRequest",
+		"Issuer", "ClusterIssuer", "IPAddressPool", "L2Advertisement"} {
+		g.Expect(kinds).To(HaveKey(k))
+	}
 }
 
 func TestLeaderElectionID(t *testing.T) {

@@ -232,8 +232,8 @@ func IsAuthError(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		// 1045 access denied, 1044 access denied to database, 1698 access
-		// denied (no password for a socket-auth user).
-		return me.Number == 1045 || me.Number == 1044 || me.Number == 1698
+		// denied (no password for a socket-auth user), 4151 account locked.
+		return me.Number == 1045 || me.Number == 1044 || me.Number == 1698 || me.Number == 4151
 	}
 	return false
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// OnNewNamespace, when set, runs after NewNamespace creates a
 	// namespace, e.g. to grant the suite's tenant rights in it.
 	OnNewNamespace func(t testing.TB, e *Environment, ns string)
+	// TenantServiceAccount, when set, is granted the documented tenant
+	// rights (GrantTenant) in every namespace NewNamespace makes, and
+	// Environment.Tenant writes as it.
+	TenantServiceAccount string
 }
 
 // Environment is a running test environment.
@@ -83,6 +87,11 @@ type Environment struct {
 	Config *rest.Config
 	// Client is a direct (uncached) client with Converge's scheme.
 	Client client.Client
+	// Tenant, with Options.TenantServiceAccount, writes every namespaced
+	// object as that ServiceAccount of the object's namespace, so a suite
+	// that writes through it proves the documented tenant RBAC suffices;
+	// reads and status writes are the admin's. Nil without the option.
+	Tenant client.Client
 	// Clientset is a typed client-go clientset.
 	Clientset kubernetes.Interface
 	// KubeconfigPath is an admin kubeconfig, for kubectl.
@@ -97,6 +106,7 @@ type Environment struct {
 
 	dataDir        string
 	onNewNamespace func(t testing.TB, e *Environment, ns string)
+	tenantSA       string
 }
 
 var skipReason string
@@ -207,9 +217,13 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Environment{Platform: p, ControlPlane: p.ControlPlane, Config: cfg, Client: c, Clientset: cs,
+	e := &Environment{Platform: p, ControlPlane: p.ControlPlane, Config: cfg, Client: c, Clientset: cs,
 		KubeconfigPath: p.ControlPlane.KubeconfigPath(), BinDir: bin, WebhookPort: port, ReceiverURL: receiverURL(mo.Receiver),
-		dataDir: dir, onNewNamespace: o.OnNewNamespace}, nil
+		dataDir: dir, onNewNamespace: o.OnNewNamespace, tenantSA: o.TenantServiceAccount}
+	if o.TenantServiceAccount != "" {
+		e.Tenant = newTenantWriter(c, cfg, o.TenantServiceAccount)
+	}
+	return e, nil
 }
 
 func receiverURL(o receiver.Options) string {
@@ -246,6 +260,9 @@ func (e *Environment) NewNamespace(t testing.TB) string {
 		defer cancel()
 		_ = e.Client.Delete(ctx, ns)
 	})
+	if e.tenantSA != "" {
+		e.GrantTenant(t, ns.Name, e.tenantSA)
+	}
 	if e.onNewNamespace != nil {
 		e.onNewNamespace(t, e, ns.Name)
 	}

@@ -23,7 +23,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/gittest"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -180,24 +184,43 @@ func TestEtcdRefusesClientsWithoutItsCertificate(t *testing.T) {
 // TestDataDirIsPrivate walks the data directory of the running control plane
 // (started by up.Start) and checks that no other local user can read or list
 // anything the control plane keeps there: etcd's data, the PKI, the
-// kubeconfig, the webhook certificate and the logs.
+// kubeconfig, the webhook certificate, the logs, and the GitOps artifact
+// store. A tenant's repository with a nested directory and an executable
+// script is fetched first, so the walk meets a stored checkout: git's own
+// modes (0755, 0644) must not survive into it.
 func TestDataDirIsPrivate(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
+	tn := newTenant(t)
+	srv := gittest.NewServer(t)
+	repo := srv.NewRepo(t, "app")
+	repo.Commit(t, "initial", map[string]string{"deploy/nested/app.yaml": configMap("", "app", nil)})
+	script := filepath.Join(repo.Work(), "hack", "run.sh")
+	g.Expect(os.MkdirAll(filepath.Dir(script), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o755)).To(Succeed())
+	repo.CommitWork(t, "a script")
+	gr := &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "app"},
+		Spec: gitopsv1alpha1.GitRepositorySpec{URL: srv.ServeDaemon(t) + "app.git", Interval: &metav1.Duration{Duration: time.Hour}}}
+	g.Expect(tn.Client.Create(t.Context(), gr)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		got := &gitopsv1alpha1.GitRepository{}
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(gr), got)).To(Succeed())
+		g.Expect(got.Status.Artifact).NotTo(BeNil(), "the artifact is stored")
+	}).Should(Succeed())
+
 	dir := env.ControlPlane.DataDir()
 	seen := map[string]bool{}
+	var stored []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
 		top := strings.Split(rel, string(filepath.Separator))[0]
-		if top == "gitops" && rel != "gitops" {
-			// The artifact store under gitops/ sets its own modes (issue 18,
-			// artifact store part); the 0700 data directory already fences it.
-			return filepath.SkipDir
-		}
 		seen[top] = true
+		if top == "gitops" && d.Type().IsRegular() {
+			stored = append(stored, filepath.Base(rel))
+		}
 		fi, err := d.Info()
 		if err != nil {
 			return err
@@ -211,7 +234,8 @@ func TestDataDirIsPrivate(t *testing.T) {
 		return nil
 	})
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, want := range []string{".", "etcd", "pki", "logs", "webhook", "kubeconfig"} {
+	for _, want := range []string{".", "etcd", "pki", "logs", "webhook", "kubeconfig", "gitops"} {
 		g.Expect(seen).To(HaveKey(want), "the walk covered %s", want)
 	}
+	g.Expect(stored).To(ContainElements("app.yaml", "run.sh"), "the walk met the stored checkout")
 }

@@ -27,8 +27,6 @@ const (
 	SucceededReason = "Succeeded"
 	// ProgressingReason: work is in progress.
 	ProgressingReason = "Progressing"
-	// SuspendedReason: spec.suspend is true; nothing is fetched or applied.
-	SuspendedReason = "Suspended"
 	// InvalidSpecReason: the spec cannot be acted on (for objects stored
 	// before a webhook rule existed).
 	InvalidSpecReason = "InvalidSpec"
@@ -103,6 +101,12 @@ const (
 	// an object to prune); the message names the object, the verb and the
 	// identity. Nothing about the object is evaluated or reported.
 	ReadForbiddenReason = "ReadForbidden"
+	// UnknownKindReason: the revision holds objects of a kind the API
+	// server does not serve and no CustomResourceDefinition of the same
+	// revision defines; the message names the kind and the file. Nothing is
+	// applied or pruned; the Sync retries every retryInterval, so it
+	// recovers once the kind is installed.
+	UnknownKindReason = "UnknownKind"
 )
 
 // Annotations and labels of the gitops API.

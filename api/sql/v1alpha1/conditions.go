@@ -38,9 +38,6 @@ const (
 	AvailableReason = "Available"
 	// ProvisioningReason: the database, role or Secret is being created.
 	ProvisioningReason = "Provisioning"
-	// RestoringReason: a backup is being loaded before the database turns
-	// Ready.
-	RestoringReason = "Restoring"
 	// RestoreFailedReason: loading restoreFrom failed; the message says why.
 	RestoreFailedReason = "RestoreFailed"
 	// InstanceNotFoundReason: the referenced instance does not exist.

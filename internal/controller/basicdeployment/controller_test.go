@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -314,6 +315,11 @@ func TestOrphanAndAdopt(t *testing.T) {
 		g.Expect(metav1.GetControllerOf(rs)).To(BeNil(), "orphaned")
 	}).Should(Succeed())
 	g.Expect(livePods(ctx, g, ns, map[string]string{"app": "keep"})).To(HaveLen(3))
+	// The child is orphaned before the orphan finalizer leaves the parent:
+	// wait until the old object is gone, or the create is refused.
+	testenv.Eventually(g, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(d), &workloadsv1alpha1.BasicDeployment{}))
+	}).Should(BeTrue())
 
 	d2 := newDeployment(ns, "keep", 3)
 	g.Expect(env.Client.Create(ctx, d2)).To(Succeed())

@@ -2,11 +2,13 @@ package basicreplicaset_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -89,6 +91,20 @@ func TestAdoptsOrphans(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}},
 	}
 	g.Expect(env.Client.Create(ctx, orphan)).To(Succeed())
+	// Wait for the orphan to run and be Ready before its owner exists. The
+	// Pod informer may deliver it after the new BasicReplicaSet, which then
+	// creates two Pods, sees three and deletes the least valuable one: a
+	// running, Ready orphan is never that one (otherwise a same-second
+	// creation timestamp makes it a coin toss and the test flakes).
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(orphan), orphan)).To(Succeed())
+		g.Expect(orphan.Status.Phase).To(Equal(corev1.PodRunning))
+		ready := false
+		for _, c := range orphan.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		g.Expect(ready).To(BeTrue())
+	}).Should(Succeed())
 	rs := newRS(ns, "adopt", 2)
 	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
 
@@ -151,7 +167,8 @@ func TestGarbageCollection(t *testing.T) {
 }
 
 // TestNeverCreatesMoreThanWanted watches every Pod event while scaling from
-// 0 to 60 and back, and records the most Pods that ever existed at once.
+// 0 to 60 and back to 0, and records the most Pods that ever existed at
+// once (never above 60) and the Pods created on the way down (none).
 func TestNeverCreatesMoreThanWanted(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -163,7 +180,8 @@ func TestNeverCreatesMoreThanWanted(t *testing.T) {
 	// event is missed.
 	w, err := env.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	var maxSeen atomic.Int64
+	var maxSeen, created atomic.Int64
+	var mu sync.Mutex
 	live := map[string]bool{}
 	go func(w watch.Interface) { // ends when the test's context is cancelled
 		rv := ""
@@ -174,8 +192,12 @@ func TestNeverCreatesMoreThanWanted(t *testing.T) {
 					continue
 				}
 				rv = p.ResourceVersion
+				mu.Lock()
 				switch ev.Type {
 				case watch.Added, watch.Modified:
+					if ev.Type == watch.Added {
+						created.Add(1)
+					}
 					live[p.Name] = true
 				case watch.Deleted:
 					delete(live, p.Name)
@@ -183,6 +205,7 @@ func TestNeverCreatesMoreThanWanted(t *testing.T) {
 				if n := int64(len(live)); n > maxSeen.Load() {
 					maxSeen.Store(n)
 				}
+				mu.Unlock()
 			}
 			if ctx.Err() != nil {
 				return
@@ -205,6 +228,63 @@ func TestNeverCreatesMoreThanWanted(t *testing.T) {
 	// The watch may still be delivering events: wait until it has seen all
 	// 60 (so the bound below is checked over the whole scale-up).
 	testenv.Eventually(g, maxSeen.Load).Should(Equal(int64(60)), "the watch saw every Pod")
-	g.Consistently(maxSeen.Load).WithTimeout(time.Second).Should(BeNumerically("<=", 60),
-		"no more Pods than replicas at any moment")
+
+	// And back to 0: every Pod goes, and no Pod is created on the way down.
+	created.Store(0)
+	g.Expect(env.Client.Patch(ctx, rs, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":0}}`)))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		g.Expect(rs.Status.ObservedGeneration).To(Equal(rs.Generation))
+		g.Expect(rs.Status.Replicas).To(BeZero())
+		g.Expect(activePods(ctx, g, ns, "burst")).To(BeEmpty())
+	}).WithTimeout(90 * time.Second).Should(Succeed())
+	// The watch has caught up once it has seen every Pod deleted.
+	testenv.Eventually(g, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(live)
+	}).Should(BeZero(), "the watch saw every Pod go")
+	g.Expect(maxSeen.Load()).To(Equal(int64(60)), "no more Pods than replicas at any moment")
+	g.Expect(created.Load()).To(BeZero(), "no Pod created while scaling down")
+}
+
+// TestPodDeleteRefusedIsFailedDelete: when the API server refuses to delete
+// the Pods a scale-down picks (a cluster admin's admission policy), the
+// BasicReplicaSet says ReplicaFailure=True FailedDelete with the server's
+// message and keeps every Pod; once the refusal is lifted it scales down.
+func TestPodDeleteRefusedIsFailedDelete(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	rs := newRS(ns, "refused", 3)
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		g.Expect(rs.Status.AvailableReplicas).To(Equal(int32(3)))
+	}).WithTimeout(60 * time.Second).Should(Succeed())
+	pods := activePods(ctx, g, ns, "refused")
+	msg, allow := env.Refuse(t, testenv.Refusal{Namespace: ns, Resource: "pods", Operation: admissionregistrationv1.Delete},
+		func(ctx context.Context) error { return env.Client.Delete(ctx, &pods[0], client.DryRunAll) })
+
+	g.Expect(env.Client.Patch(ctx, rs, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":1}}`)))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		c := meta.FindStatusCondition(rs.Status.Conditions, workloadsv1alpha1.ReplicaFailureCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(workloadsv1alpha1.FailedDeleteReason))
+		g.Expect(c.Message).To(ContainSubstring(msg))
+		r := meta.FindStatusCondition(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)
+		g.Expect(r).NotTo(BeNil())
+		g.Expect(r.Reason).To(Equal(workloadsv1alpha1.ScalingDownReason))
+	}).Should(Succeed())
+	g.Expect(activePods(ctx, g, ns, "refused")).To(HaveLen(3), "a refused delete deletes nothing")
+
+	allow()
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(activePods(ctx, g, ns, "refused")).To(HaveLen(1))
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)).To(Succeed())
+		g.Expect(meta.FindStatusCondition(rs.Status.Conditions, workloadsv1alpha1.ReplicaFailureCondition)).To(BeNil())
+	}).WithTimeout(60 * time.Second).Should(Succeed())
 }

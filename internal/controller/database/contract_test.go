@@ -42,7 +42,7 @@ func TestThirdPartyInstanceKind(t *testing.T) {
 			}},
 		},
 	}
-	g.Expect(env.Client.Create(ctx, crd)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, crd)).To(Succeed()) // a cluster admin installs a provider's CRD
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
 		established := false
@@ -55,14 +55,14 @@ func TestThirdPartyInstanceKind(t *testing.T) {
 	}).Should(Succeed())
 
 	ns := env.NewNamespace(t)
-	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: objMeta(ns, "crdb-admin"),
+	g.Expect(env.Tenant.Create(ctx, &corev1.Secret{ObjectMeta: objMeta(ns, "crdb-admin"),
 		StringData: map[string]string{"username": pg.AdminUser, "password": pg.AdminPassword}})).To(Succeed())
 	inst := &unstructured.Unstructured{}
 	inst.SetGroupVersionKind(gvk)
 	inst.SetNamespace(ns)
 	inst.SetName("crdb")
 	inst.Object["spec"] = map[string]any{"anything": "the provider wants"}
-	g.Expect(env.Client.Create(ctx, inst)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, inst)).To(Succeed()) // a third-party kind the tenant roles do not cover
 	setStatus := func(status map[string]any) {
 		t.Helper()
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
@@ -81,7 +81,7 @@ func TestThirdPartyInstanceKind(t *testing.T) {
 		DatabaseName:   "via_contract",
 		DeletionPolicy: sqlv1alpha1.DeletionDelete,
 	}}
-	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, d)).To(Succeed())
 	waitReady(t, d)
 	g.Expect(d.Status.Engine).To(Equal("postgres"))
 	g.Expect(dbExists(t, pg, "via_contract")).To(BeTrue())

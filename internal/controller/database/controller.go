@@ -55,8 +55,14 @@ const ControllerName = "database"
 // FieldManager is the field manager of every write this controller makes.
 const FieldManager = "converge-database"
 
-// DefaultObserveInterval is how often a Database is re-observed for drift.
-const DefaultObserveInterval = 60 * time.Second
+// DefaultObserveInterval is how often the observer of an instance takes a
+// snapshot of its server and queues the Databases that drifted.
+const DefaultObserveInterval = 10 * time.Second
+
+// DefaultResyncInterval is how often a Ready Database gets a full
+// reconcile anyway: it checks what a snapshot cannot see (the password, by
+// logging in, and extensions).
+const DefaultResyncInterval = 10 * time.Minute
 
 // instanceIndex indexes Databases by "<group>/<kind>/<name>" of instanceRef.
 const instanceIndex = "spec.instanceRef"
@@ -96,6 +102,9 @@ type Server interface {
 	EnsureExtensions(ctx context.Context, sp sqlengine.Spec) error
 	DropDatabase(ctx context.Context, name string) error
 	DropRole(ctx context.Context, name string, claim sqlengine.Claim) error
+	// Snapshot reads every database and role of the server at once (the
+	// observers' one query per interval).
+	Snapshot(ctx context.Context) (*sqlengine.Snapshot, error)
 }
 
 // Engines connects to servers.
@@ -139,9 +148,12 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Engines connects to servers; SQLEngines when nil.
 	Engines Engines
-	// ObserveInterval is how often a Ready Database is re-observed;
-	// DefaultObserveInterval when zero.
+	// ObserveInterval is how often each instance's server is observed, for
+	// all its Databases at once; DefaultObserveInterval when zero.
 	ObserveInterval time.Duration
+	// ResyncInterval is how often a Ready Database is fully reconciled
+	// (±5 %); DefaultResyncInterval when zero.
+	ResyncInterval time.Duration
 	// BackupDir is the backup store restoreFrom dumps are read from.
 	BackupDir string
 	// MaxConcurrentReconciles defaults to 4.
@@ -152,6 +164,7 @@ type Reconciler struct {
 	mgr       ctrl.Manager
 	watchMu   sync.Mutex
 	watched   map[schema.GroupVersionKind]bool
+	observers *observerHub
 }
 
 // SetupWithManager registers the controller.
@@ -167,6 +180,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.ObserveInterval == 0 {
 		r.ObserveInterval = DefaultObserveInterval
 	}
+	if r.ResyncInterval == 0 {
+		r.ResyncInterval = DefaultResyncInterval
+	}
+	r.observers = newObserverHub(r, r.ObserveInterval)
+	if err := mgr.Add(r.observers); err != nil {
+		return fmt.Errorf("adding the drift observers: %w", err)
+	}
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 4
 	}
@@ -179,7 +199,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&sqlv1alpha1.Database{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: relevantUpdate})).
-		Owns(&corev1.Secret{}).
+		// The connection Secret's creation is this controller's own write
+		// (queueing the Database again would cost one more observation
+		// per new Database); its update or deletion by anyone is repaired.
+		Owns(&corev1.Secret{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
+		WatchesRawSource(source.Channel(r.observers.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Build(r)
 	if err != nil {

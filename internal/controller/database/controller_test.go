@@ -31,11 +31,14 @@ func TestProvisionOnBothEnginesWithOneSpec(t *testing.T) {
 			ns := env.NewNamespace(t)
 			createInstance(t, e, ns, "server", 0)
 			d := newDatabase(ns, "orders", e.kind, "server")
-			g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
+			g.Expect(env.Tenant.Create(t.Context(), d)).To(Succeed())
 			g.Expect(d.Spec.DatabaseName).To(Equal("orders"), "defaulted by the webhook")
 			g.Expect(d.Spec.Owner).To(Equal("orders_owner"))
 			g.Expect(d.Spec.DeletionPolicy).To(Equal(sqlv1alpha1.DeletionRetain))
 			waitReady(t, d)
+			synced := meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.SyncedCondition)
+			g.Expect(synced).NotTo(BeNil())
+			g.Expect(synced.Reason).To(Equal(sqlv1alpha1.UpToDateReason), "a fresh database has nothing to correct")
 			g.Expect(d.Status.Engine).To(Equal(e.name))
 			g.Expect(d.Status.AtProvider.Exists).To(BeTrue())
 			g.Expect(d.Status.AtProvider.Owner).To(Equal("orders_owner"))
@@ -96,7 +99,7 @@ func TestAdmissionRejectsUnsafeIdentifiers(t *testing.T) {
 			g := NewWithT(t)
 			d := newDatabase(ns, "x", "PostgresInstance", "server")
 			c.mutate(d)
-			err := env.Client.Create(t.Context(), d)
+			err := env.Tenant.Create(t.Context(), d)
 			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
 			g.Expect(err.Error()).To(ContainSubstring(c.want))
 		})
@@ -104,10 +107,10 @@ func TestAdmissionRejectsUnsafeIdentifiers(t *testing.T) {
 	t.Run("immutable databaseName", func(t *testing.T) {
 		g := NewWithT(t)
 		d := newDatabase(ns, "immutable", "PostgresInstance", "server")
-		g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
+		g.Expect(env.Tenant.Create(t.Context(), d)).To(Succeed())
 		base := d.DeepCopy()
 		d.Spec.DatabaseName = "other"
-		err := env.Client.Patch(t.Context(), d, client.MergeFrom(base))
+		err := env.Tenant.Patch(t.Context(), d, client.MergeFrom(base))
 		g.Expect(err).To(HaveOccurred())
 		g.Expect(err.Error()).To(ContainSubstring("field is immutable"))
 	})
@@ -130,7 +133,7 @@ func TestDriftIsCorrected(t *testing.T) {
 			owner := dbName + "_o"
 			d.Spec.DatabaseName, d.Spec.Owner = dbName, owner
 			d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
-			g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
+			g.Expect(env.Tenant.Create(t.Context(), d)).To(Succeed())
 			waitReady(t, d)
 			expectCorrection := func(kind string, msg string) {
 				t.Helper()
@@ -229,13 +232,13 @@ func TestDeletingANeverProvisionedDatabase(t *testing.T) {
 	ns := env.NewNamespace(t)
 	d := newDatabase(ns, "orphan", "PostgresInstance", "nowhere")
 	d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
-	g.Expect(env.Client.Create(t.Context(), d)).To(Succeed())
+	g.Expect(env.Tenant.Create(t.Context(), d)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)).To(Succeed())
 		g.Expect(d.Finalizers).To(ContainElement(sqlv1alpha1.DatabaseFinalizer))
 		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).NotTo(BeNil())
 	}).Should(Succeed())
-	g.Expect(env.Client.Delete(t.Context(), d)).To(Succeed())
+	g.Expect(env.Tenant.Delete(t.Context(), d)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "still there: %v", err)

@@ -58,11 +58,11 @@ func TestRetainKeepsAndDeleteDropsWithOpenConnections(t *testing.T) {
 
 			kept := newDatabase(ns, "kept", e.kind, "server")
 			kept.Spec.DatabaseName = "kept_" + e.name
-			g.Expect(env.Client.Create(ctx, kept)).To(Succeed())
+			g.Expect(env.Tenant.Create(ctx, kept)).To(Succeed())
 			dropped := newDatabase(ns, "dropped", e.kind, "server")
 			dropped.Spec.DatabaseName = "dropped_" + e.name
 			dropped.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
-			g.Expect(env.Client.Create(ctx, dropped)).To(Succeed())
+			g.Expect(env.Tenant.Create(ctx, dropped)).To(Succeed())
 			waitReady(t, kept)
 			waitReady(t, dropped)
 
@@ -76,8 +76,8 @@ func TestRetainKeepsAndDeleteDropsWithOpenConnections(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			defer func() { _ = tx.Rollback() }()
 
-			g.Expect(env.Client.Delete(ctx, kept)).To(Succeed())
-			g.Expect(env.Client.Delete(ctx, dropped)).To(Succeed())
+			g.Expect(env.Tenant.Delete(ctx, kept)).To(Succeed())
+			g.Expect(env.Tenant.Delete(ctx, dropped)).To(Succeed())
 			waitGone(t, kept)
 			waitGone(t, dropped)
 
@@ -108,9 +108,9 @@ func TestDropWaitsForOtherFinalizers(t *testing.T) {
 	d := newDatabase(ns, "held", e.kind, "server")
 	d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
 	d.Finalizers = []string{"example.com/hold"}
-	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, d)).To(Succeed())
 	waitReady(t, d)
-	g.Expect(env.Client.Delete(ctx, d)).To(Succeed())
+	g.Expect(env.Tenant.Delete(ctx, d)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
 		c := meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.DeletingCondition)
@@ -123,7 +123,7 @@ func TestDropWaitsForOtherFinalizers(t *testing.T) {
 
 	base := d.DeepCopy()
 	d.Finalizers = []string{sqlv1alpha1.DatabaseFinalizer}
-	g.Expect(env.Client.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+	g.Expect(env.Tenant.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))).To(Succeed())
 	waitGone(t, d)
 	g.Expect(dbExists(t, e.srv, "held")).To(BeFalse())
 }
@@ -144,7 +144,7 @@ func TestUnreachableServerLosesNothing(t *testing.T) {
 			d := newDatabase(ns, "cut", e.kind, "server")
 			d.Spec.DatabaseName = "cut_" + e.name
 			d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
-			g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+			g.Expect(env.Tenant.Create(ctx, d)).To(Succeed())
 			waitReady(t, d)
 
 			p.cut()
@@ -160,7 +160,7 @@ func TestUnreachableServerLosesNothing(t *testing.T) {
 
 			// Deleting while unreachable keeps the finalizer: nothing is
 			// dropped blindly and nothing is left behind silently.
-			g.Expect(env.Client.Delete(ctx, d)).To(Succeed())
+			g.Expect(env.Tenant.Delete(ctx, d)).To(Succeed())
 			g.Consistently(func(g Gomega) {
 				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
 			}).WithTimeout(2 * time.Second).Should(Succeed())
@@ -183,7 +183,7 @@ func TestInstanceNotReadyWaits(t *testing.T) {
 	ctx := t.Context()
 	ns := env.NewNamespace(t)
 	d := newDatabase(ns, "early", e.kind, "later")
-	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, d)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
 		c := meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition)
@@ -191,11 +191,11 @@ func TestInstanceNotReadyWaits(t *testing.T) {
 		g.Expect(c.Reason).To(Equal(sqlv1alpha1.InstanceNotFoundReason))
 	}).Should(Succeed())
 	// The instance appears, with a wrong password first: not Ready.
-	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: objMeta(ns, "later-admin"),
+	g.Expect(env.Tenant.Create(ctx, &corev1.Secret{ObjectMeta: objMeta(ns, "later-admin"),
 		StringData: map[string]string{"username": e.srv.AdminUser, "password": "wrong"}})).To(Succeed())
 	inst := &sqlv1alpha1.MariaDBInstance{ObjectMeta: objMeta(ns, "later"), Spec: sqlv1alpha1.InstanceSpec{Host: "127.0.0.1",
 		Port: int32(e.srv.Port), AdminSecretRef: sqlv1alpha1.SecretReference{Name: "later-admin"}}}
-	g.Expect(env.Client.Create(ctx, inst)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, inst)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
 		c := meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition)
@@ -207,6 +207,6 @@ func TestInstanceNotReadyWaits(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "later-admin"}, sec)).To(Succeed())
 	base := sec.DeepCopy()
 	sec.Data["password"] = []byte(e.srv.AdminPassword)
-	g.Expect(env.Client.Patch(ctx, sec, client.MergeFrom(base))).To(Succeed())
+	g.Expect(env.Tenant.Patch(ctx, sec, client.MergeFrom(base))).To(Succeed())
 	waitReady(t, d)
 }

@@ -40,14 +40,14 @@ func createInstance(t *testing.T, e engineCase, ns, name string, port int) {
 	if port == 0 {
 		port = e.srv.Port
 	}
-	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-admin"},
+	g.Expect(env.Tenant.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-admin"},
 		StringData: map[string]string{"username": e.srv.AdminUser, "password": e.srv.AdminPassword}})).To(Succeed())
 	spec := sqlv1alpha1.InstanceSpec{Host: "127.0.0.1", Port: int32(port), AdminSecretRef: sqlv1alpha1.SecretReference{Name: name + "-admin"}}
 	var obj client.Object = &sqlv1alpha1.PostgresInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
 	if e.srv.Engine == sqlengine.MariaDB {
 		obj = &sqlv1alpha1.MariaDBInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
 	}
-	g.Expect(env.Client.Create(ctx, obj)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, obj)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		g.Expect(obj.(sqlv1alpha1.Instance).InstanceStatus().Ready).To(BeTrue())
@@ -98,7 +98,7 @@ func requestReconcile(t *testing.T, d *sqlv1alpha1.Database) {
 		d.Annotations = map[string]string{}
 	}
 	d.Annotations[sqlv1alpha1.ReconcileRequestedAtAnnotation] = time.Now().Format(time.RFC3339Nano)
-	g.Expect(env.Client.Patch(t.Context(), d, client.MergeFrom(base))).To(Succeed())
+	g.Expect(env.Tenant.Patch(t.Context(), d, client.MergeFrom(base))).To(Succeed())
 }
 
 func dbExists(t *testing.T, srv *sqltest.Server, name string) bool {

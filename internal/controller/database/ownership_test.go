@@ -28,7 +28,7 @@ func TestCrashBetweenCreateAndMarkIsCompleted(t *testing.T) {
 	// The Database exists (and has its UID) before its instance does, so
 	// the test can play the crashed run on the server first.
 	d := newDatabase(ns, "crashed", e.kind, "server")
-	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, d)).To(Succeed())
 	claim := sqlengine.Claim{UID: string(d.UID), Namespace: ns, Name: d.Name}
 	pg.Exec(t, "",
 		"CREATE ROLE crashed_owner LOGIN PASSWORD 'old'",
@@ -42,7 +42,7 @@ func TestCrashBetweenCreateAndMarkIsCompleted(t *testing.T) {
 
 	thief := newDatabase(ns, "thief", e.kind, "server")
 	thief.Spec.DatabaseName, thief.Spec.Owner, thief.Spec.AdoptExisting = "crashed", "thief_owner", true
-	g.Expect(env.Client.Create(ctx, thief)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, thief)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(thief), thief)).To(Succeed())
 		stalled := meta.FindStatusCondition(thief.Status.Conditions, sqlv1alpha1.StalledCondition)

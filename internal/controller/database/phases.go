@@ -169,6 +169,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return res, err
 	}
 	d := s.d
+	r.observers.remember(d, t.admin)
 	// 1. Nothing is touched that this Database did not create (or adopt).
 	own, res, err := r.checkOwnership(ctx, s, t)
 	if own == nil {
@@ -228,9 +229,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	// 6. Ready only after the owner logs in with the Secret's credentials.
 	login := t.admin
 	login.User, login.Password, login.Database, login.MaxConns = t.spec.Owner, password, t.spec.Name, 1
-	if err := r.Engines.CheckLogin(ctx, login); err != nil {
-		if !r.Engines.IsAuthError(err) {
-			return s.unavailable(err)
+	if loginErr := r.Engines.CheckLogin(ctx, login); loginErr != nil {
+		if !r.Engines.IsAuthError(loginErr) {
+			return s.unavailable(loginErr)
 		}
 		if err := srv.SetPassword(ctx, t.spec.Owner, password); err != nil {
 			return s.provisionFailed(err)
@@ -240,7 +241,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			return ctrl.Result{}, fmt.Errorf("logging in as the owner: %w", err)
 		}
 		if s.provisioned() && exists {
-			msg := fmt.Sprintf("role %q could not log in with the password in Secret %q; the password was reset", t.spec.Owner, ConnectionSecretName(d))
+			msg := fmt.Sprintf("role %q could not log in with the password in Secret %q (%v); the password was reset and login allowed", t.spec.Owner, ConnectionSecretName(d), loginErr)
 			s.corrected(sqlv1alpha1.DriftPasswordReset, msg)
 			r.Recorder.Eventf(d, nil, corev1.EventTypeWarning, sqlv1alpha1.DriftPasswordReset, "Observe", "%s", msg)
 		}
@@ -271,7 +272,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, sqlv1alpha1.AvailableReason, "Provision",
 			"Database %q and role %q are ready on %s %q", t.spec.Name, t.spec.Owner, d.Spec.InstanceRef.Kind, d.Spec.InstanceRef.Name)
 	}
-	return ctrl.Result{RequeueAfter: r.ObserveInterval}, nil
+	// The instance's observer looks for drift every ObserveInterval; a
+	// full reconcile comes every ResyncInterval.
+	return ctrl.Result{RequeueAfter: resyncAfter(r.ResyncInterval)}, nil
 }
 
 // ensureSecretPassword returns the owner's password from the connection

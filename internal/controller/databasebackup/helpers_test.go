@@ -34,14 +34,14 @@ func createInstance(t *testing.T, e engineCase, ns string) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := t.Context()
-	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "admin"},
+	g.Expect(env.Tenant.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "admin"},
 		StringData: map[string]string{"username": e.srv.AdminUser, "password": e.srv.AdminPassword}})).To(Succeed())
 	spec := sqlv1alpha1.InstanceSpec{Host: e.srv.Host, Port: int32(e.srv.Port), AdminSecretRef: sqlv1alpha1.SecretReference{Name: "admin"}}
 	var obj client.Object = &sqlv1alpha1.PostgresInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "server"}, Spec: spec}
 	if e.srv.Engine == sqlengine.MariaDB {
 		obj = &sqlv1alpha1.MariaDBInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "server"}, Spec: spec}
 	}
-	g.Expect(env.Client.Create(ctx, obj)).To(Succeed())
+	g.Expect(env.Tenant.Create(ctx, obj)).To(Succeed())
 }
 
 // newDatabase is a Database with deletionPolicy Delete that asks for a

@@ -26,7 +26,8 @@ var (
 
 // The suite's manager runs the instance and Database controllers (which
 // restore from backupDir); each test starts the backup controller itself,
-// so it can make it fail or kill it mid-deletion.
+// so it can make it fail or kill it mid-deletion. Databases, instances and
+// Secrets are written by env.Tenant (the documented tenant rights only).
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "converge-backups-")
 	if err != nil {
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	backupDir = dir
 	code := sqltest.Main(func() int {
-		return testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
+		return testenv.Main(m, testenv.Options{TenantServiceAccount: "tenant", Manager: func(o *setup.Options) {
 			o.Controllers = []string{"postgresinstance", "mariadbinstance", "database"}
 			o.DatabaseObserveInterval = 5 * time.Second
 			o.BackupDir = backupDir

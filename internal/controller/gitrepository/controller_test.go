@@ -2,6 +2,8 @@ package gitrepository_test
 
 import (
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +51,10 @@ func TestArtifactFollowsTheBranch(t *testing.T) {
 	var a1 *gitopsv1alpha1.Artifact
 	testenv.Eventually(g, func(g Gomega) {
 		got := get(g, t, gr)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, gitopsv1alpha1.ReadyCondition)).To(BeTrue())
+		c := meta.FindStatusCondition(got.Status.Conditions, gitopsv1alpha1.ReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(gitopsv1alpha1.SucceededReason))
 		a1 = got.Status.Artifact
 		g.Expect(a1.Revision).To(Equal("main@sha1:" + h1))
 	}).Should(Succeed())
@@ -125,4 +130,77 @@ func TestRefsAndFailures(t *testing.T) {
 		err := env.Client.Create(t.Context(), &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bad-"}, Spec: tc.spec})
 		g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
 	}
+}
+
+// TestFetchTimeoutIsGitOperationFailed: a git server that accepts the
+// connection and then says nothing makes the fetch time out after
+// spec.timeout, and a closed port fails at once; both are Ready=False
+// GitOperationFailed (retried, not stalled) with a message naming the
+// cause, and keep no artifact.
+func TestFetchTimeoutIsGitOperationFailed(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+
+	// Accepts and stalls: holds every connection open until the test ends.
+	stall, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := stall.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = stall.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	// Closed: a port that was free a moment ago.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	closedAddr := closed.Addr().String()
+	g.Expect(closed.Close()).To(Succeed())
+
+	mk := func(name, url string) *gitopsv1alpha1.GitRepository {
+		gr := &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: gitopsv1alpha1.GitRepositorySpec{URL: url, Timeout: &metav1.Duration{Duration: 2 * time.Second}}}
+		g.Expect(env.Client.Create(t.Context(), gr)).To(Succeed())
+		return gr
+	}
+	stalled := mk("stalled", "git://"+stall.Addr().String()+"/r.git")
+	refused := mk("refused", "git://"+closedAddr+"/r.git")
+	for _, tc := range []struct {
+		gr   *gitopsv1alpha1.GitRepository
+		want string // a regexp over the message
+	}{
+		{stalled, `deadline exceeded|timeout|timed out`},
+		{refused, `connection refused`},
+	} {
+		var c *metav1.Condition
+		testenv.Eventually(g, func(g Gomega) {
+			got := get(g, t, tc.gr)
+			c = meta.FindStatusCondition(got.Status.Conditions, gitopsv1alpha1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(gitopsv1alpha1.GitOperationFailedReason), c.Message)
+			g.Expect(c.Message).To(MatchRegexp(tc.want))
+			g.Expect(got.Status.Artifact).To(BeNil())
+			g.Expect(meta.FindStatusCondition(got.Status.Conditions, gitopsv1alpha1.StalledCondition)).To(BeNil(), "a network failure is retried")
+		}).Should(Succeed())
+		t.Logf("%s: Ready: %s: %s", tc.gr.Name, c.Reason, c.Message)
+	}
+	mu.Lock()
+	g.Expect(held).NotTo(BeEmpty(), "the controller connected to the stalling server")
+	mu.Unlock()
 }

@@ -58,8 +58,9 @@ func TestContractConformance(t *testing.T) {
 			}
 			conformance.Run(t, conformance.Harness{
 				Client: env.Client, Namespace: ns, GVK: sqlv1alpha1.GroupVersion.WithKind(s.kind),
-				NewReady:  func(t *testing.T, name string) { create(t, name, s.srv.AdminPassword) },
-				NewBroken: func(t *testing.T, name string) { create(t, name, "wrong-password") },
+				NewReady:     func(t *testing.T, name string) { create(t, name, s.srv.AdminPassword) },
+				NewBroken:    func(t *testing.T, name string) { create(t, name, "wrong-password") },
+				BrokenReason: sqlv1alpha1.AuthenticationFailedReason,
 			})
 		})
 	}
@@ -132,6 +133,39 @@ func TestUnreachableServerIsNotReady(t *testing.T) {
 				g.Expect(ready.Message).To(ContainSubstring("cannot reach 127.0.0.1"))
 				g.Expect(meta.FindStatusCondition(st.Conditions, sqlv1alpha1.StalledCondition)).To(BeNil())
 			}).Should(Succeed())
+		})
+	}
+}
+
+// TestAdminSecretInvalid: an admin Secret that does not exist, or lacks the
+// password key, is Stalled with reason AdminSecretInvalid naming the Secret
+// and what is wrong; no login is tried. Creating, then fixing, the Secret
+// makes the instance Ready (Connected) without touching the instance.
+func TestAdminSecretInvalid(t *testing.T) {
+	testenv.Need(t, env)
+	for _, s := range servers() {
+		t.Run(s.kind, func(t *testing.T) {
+			sqltest.Need(t, s.srv, sqlengine.Engine(s.name))
+			g := NewWithT(t)
+			ns := env.NewNamespace(t)
+			inst := newInstance(s.srv, ns, "db", "admin", s.srv.Port)
+			g.Expect(env.Client.Create(t.Context(), inst)).To(Succeed())
+			expectStalled(t, inst, sqlv1alpha1.AdminSecretInvalidReason, `the admin Secret "admin" does not exist`)
+
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "admin"},
+				StringData: map[string]string{"username": s.srv.AdminUser}}
+			g.Expect(env.Client.Create(t.Context(), sec)).To(Succeed())
+			expectStalled(t, inst, sqlv1alpha1.AdminSecretInvalidReason, `the admin Secret "admin" needs the keys username and password`)
+
+			base := sec.DeepCopy()
+			sec.StringData = map[string]string{"password": s.srv.AdminPassword}
+			g.Expect(env.Client.Patch(t.Context(), sec, client.MergeFrom(base))).To(Succeed())
+			expectReady(t, inst)
+
+			// A CA Secret that does not exist cannot be acted on either.
+			tls := withTLS(newInstance(s.srv, ns, "tls", "admin", s.srv.Port), sqlv1alpha1.TLSVerifyFull, "no-such-ca")
+			g.Expect(env.Client.Create(t.Context(), tls)).To(Succeed())
+			expectStalled(t, tls, sqlv1alpha1.InvalidSpecReason, `reading the CA Secret "no-such-ca"`)
 		})
 	}
 }

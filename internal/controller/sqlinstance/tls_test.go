@@ -48,6 +48,7 @@ func expectReady(t *testing.T, inst client.Object) {
 		ready := meta.FindStatusCondition(st.Conditions, sqlv1alpha1.ReadyCondition)
 		g.Expect(ready).NotTo(BeNil())
 		g.Expect(st.Ready).To(BeTrue(), "%s: %s", ready.Reason, ready.Message)
+		g.Expect(ready.Reason).To(Equal(sqlv1alpha1.ConnectedReason))
 	}).Should(Succeed())
 }
 

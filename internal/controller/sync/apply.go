@@ -10,13 +10,13 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/placement"
 )
 
 // applyWorkers bounds the concurrent writes of one Sync.
@@ -59,11 +59,11 @@ func (r *Reconciler) applyStage(ctx context.Context, s *scope, c client.Client, 
 		errs []error
 		wg   gosync.WaitGroup
 	)
-	work := make(chan *unstructured.Unstructured)
+	work := make(chan *planned)
 	for range min(applyWorkers, len(objs)) {
 		wg.Go(func() {
-			for u := range work {
-				if err := r.applyOne(ctx, s, c, u); err != nil {
+			for p := range work {
+				if err := r.applyOne(ctx, s, c, p); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -71,8 +71,8 @@ func (r *Reconciler) applyStage(ctx context.Context, s *scope, c client.Client, 
 			}
 		})
 	}
-	for _, u := range objs {
-		work <- u
+	for _, p := range differingFirst(s.st, r.plan(s.sync, objs)) {
+		work <- p
 	}
 	close(work)
 	wg.Wait()
@@ -82,19 +82,82 @@ func (r *Reconciler) applyStage(ctx context.Context, s *scope, c client.Client, 
 	return errors.Join(errs...)
 }
 
+// planned is one object ready to apply, with what both the ordering and
+// applyOne need computed once: its namespace, key, desired-state hash and
+// the drift cache's view of it.
+type planned struct {
+	u       *unstructured.Unstructured
+	ref     gitopsv1alpha1.ObjectRef
+	k       objKey
+	hash    digest
+	cached  *metav1.PartialObjectMetadata
+	inCache bool
+}
+
+// plan prepares every object, hashing and looking up in parallel.
+func (r *Reconciler) plan(sy *gitopsv1alpha1.Sync, objs []*unstructured.Unstructured) []*planned {
+	out := make([]*planned, len(objs))
+	var wg gosync.WaitGroup
+	workers := min(applyWorkers, len(objs))
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(objs); i += workers {
+				// The render cache's object is shared: copy it only when its
+				// namespace is decided now (a kind whose CRD came in this
+				// revision); applyOne never changes it.
+				u := objs[i]
+				if ns := r.namespaceOf(sy, u); ns != u.GetNamespace() {
+					u = u.DeepCopy()
+					u.SetNamespace(ns)
+				}
+				p := &planned{u: u, ref: refOf(u), hash: hashObject(u)}
+				p.k = keyOf(p.ref)
+				p.cached, p.inCache = r.drift.lookup(p.ref)
+				out[i] = p
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// differingFirst orders a plan so that the objects that probably differ
+// from their desired state are applied first: missing from the drift cache
+// (never applied, deleted, or of a kind not yet watched), last written by
+// another field manager, or recorded with another desired state or
+// resourceVersion. The rest keep their order and are still applied. A
+// replica that just won the Lease has no records: without this it would
+// re-apply every unchanged object, in render order, before the drifted one.
+func differingFirst(st *syncState, ps []*planned) []*planned {
+	first := make([]*planned, 0, len(ps))
+	var rest []*planned
+	for _, p := range ps {
+		if probablyDiffers(st, p) {
+			first = append(first, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return append(first, rest...)
+}
+
+func probablyDiffers(st *syncState, p *planned) bool {
+	if !p.inCache || writtenByOthers(p.cached) {
+		return true
+	}
+	rec, ok := st.get(p.k)
+	return ok && (rec.hash != p.hash || rec.rv != p.cached.GetResourceVersion())
+}
+
 // applyOne converges one object. An object whose desired state and live
 // resourceVersion are what the last apply left costs no request. Otherwise
 // it is applied (server-side apply is a no-op for an unchanged object, so the
 // resourceVersion does not move); under driftPolicy Report an object that
 // drifted from an unchanged desired state is only dry-run and reported.
-func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, desired *unstructured.Unstructured) error {
+func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, p *planned) error {
 	sy := s.sync
-	u := desired.DeepCopy()
-	u.SetNamespace(r.namespaceOf(sy, u))
-	ref := refOf(u)
-	k := keyOf(ref)
-	hash := hashObject(u)
-	cached, inCache := r.drift.lookup(ref)
+	u, ref, k, hash := p.u, p.ref, p.k, p.hash
+	cached, inCache := p.cached, p.inCache
 	if inCache && !ownedBy(cached.GetLabels(), sy) {
 		// The drift cache is the manager's: say whose the object is only to
 		// an identity that may read it (otherwise the apply's own Forbidden
@@ -195,17 +258,14 @@ func (r *Reconciler) applyOne(ctx context.Context, s *scope, c client.Client, de
 	return nil
 }
 
-// namespaceOf is the namespace an object is applied in: its own, else
-// spec.targetNamespace for a namespaced kind.
+// namespaceOf is the namespace an object is applied in
+// (placement.Namespace); "" when its kind does not map.
 func (r *Reconciler) namespaceOf(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) string {
-	if ns := u.GetNamespace(); ns != "" || sy.Spec.TargetNamespace == "" || isClusterScopedWellKnown(u) {
-		return ns
+	ns, err := placement.Namespace(r.Mapper, sy, u)
+	if err != nil {
+		return u.GetNamespace()
 	}
-	if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
-		m.Scope.Name() == meta.RESTScopeNameNamespace {
-		return sy.Spec.TargetNamespace
-	}
-	return ""
+	return ns
 }
 
 func inInventory(sy *gitopsv1alpha1.Sync, k objKey) bool {

@@ -68,8 +68,8 @@ func TestBadCommitsPruneNothing(t *testing.T) {
 		"app/w.yaml": "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n",
 	})
 	requestReconcile(t, gr)
-	c = waitReason(t, g, ns, "app", gitopsv1alpha1.ApplyFailedReason)
-	g.Expect(c.Message).To(ContainSubstring("Widget"))
+	c = waitReason(t, g, ns, "app", gitopsv1alpha1.UnknownKindReason)
+	g.Expect(c.Message).To(And(ContainSubstring("Widget"), ContainSubstring("app/w.yaml")))
 	stillThere(g)
 
 	// Fixed: b goes (it left git), a stays, Ready again.

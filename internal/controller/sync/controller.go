@@ -92,7 +92,12 @@ type Reconciler struct {
 	// take render's defaults.
 	Render render.Options
 
+	// RenderCacheObjects bounds the rendered objects kept in memory across
+	// all Syncs; DefaultRenderCacheObjects when zero.
+	RenderCacheObjects int
+
 	drift   *driftWatcher
+	renders *renderCache
 	mu      gosync.Mutex
 	states  map[types.NamespacedName]*syncState
 	clients gosync.Map // impersonated user -> client.Client
@@ -107,6 +112,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Mapper = mgr.GetRESTMapper()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	r.states = map[types.NamespacedName]*syncState{}
+	r.renders = newRenderCache(r.RenderCacheObjects)
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 4
 	}
@@ -145,7 +151,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.drift.r = r
-	return nil
+	return r.warmDriftWatches(mgr)
 }
 
 func (r *Reconciler) syncsForSource(ctx context.Context, o client.Object) []reconcile.Request {
@@ -234,6 +240,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.states, key)
+	r.renders.drop(key)
 	inventoryObjects.DeleteLabelValues(key.Namespace, key.Name)
 }
 

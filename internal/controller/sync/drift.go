@@ -9,6 +9,7 @@ import (
 	"slices"
 	gosync "sync"
 	"time"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -67,22 +68,65 @@ func newDriftWatcher(mgr ctrl.Manager, c controller.Controller) (*driftWatcher, 
 	return &driftWatcher{cache: ca, ctrl: c, watched: map[schema.GroupVersionKind]bool{}}, nil
 }
 
-// compactManagedFields replaces each managedFields entry's field set with a
-// digest: the drift handler only compares them, and the sets are most of an
-// object's metadata (10,000 objects would otherwise cost tens of MiB).
+// compactManagedFields keeps of each object only what lookups and the
+// drift handler read: name, namespace, resourceVersion, deletion timestamp,
+// the two ownership labels and, of each managedFields entry, the manager,
+// operation, subresource, time and a digest of the field set (the sets are
+// most of an object's metadata: 10,000 objects would otherwise cost tens of
+// MiB). Repeated strings (namespaces, managers, label values) are interned,
+// and the label map is shared by every object of one Sync.
 func compactManagedFields(obj any) (any, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	m.Annotations = nil // not needed by lookups or the handler
-	for i := range m.ManagedFields {
-		if f := m.ManagedFields[i].FieldsV1; f != nil {
-			h := sha256.Sum256(f.GetRawBytes())
-			m.ManagedFields[i].FieldsV1 = metav1.NewFieldsV1(`"` + hex.EncodeToString(h[:8]) + `"`)
-		}
+	out := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: intern(m.APIVersion), Kind: intern(m.Kind)}}
+	out.Name, out.Namespace, out.ResourceVersion = m.Name, intern(m.Namespace), m.ResourceVersion
+	out.DeletionTimestamp = m.DeletionTimestamp
+	out.Labels = ownershipLabels(m.Labels)
+	if len(m.ManagedFields) > 0 {
+		out.ManagedFields = make([]metav1.ManagedFieldsEntry, len(m.ManagedFields))
 	}
-	return m, nil
+	for i, mf := range m.ManagedFields {
+		e := metav1.ManagedFieldsEntry{Manager: intern(mf.Manager), Operation: metav1.ManagedFieldsOperationType(intern(string(mf.Operation))),
+			Subresource: intern(mf.Subresource), Time: mf.Time}
+		if f := mf.FieldsV1; f != nil {
+			h := sha256.Sum256(f.GetRawBytes())
+			e.FieldsV1 = metav1.NewFieldsV1(`"` + hex.EncodeToString(h[:8]) + `"`)
+		}
+		out.ManagedFields[i] = e
+	}
+	return out, nil
+}
+
+func intern(s string) string { return unique.Make(s).Value() }
+
+// sharedLabels holds one ownership label map per Sync, shared (read-only)
+// by every cached object of that Sync.
+var sharedLabels gosync.Map // "namespace/name" -> map[string]string
+
+func ownershipLabels(l map[string]string) map[string]string {
+	name, hasName := l[gitopsv1alpha1.SyncNameLabel]
+	ns, hasNS := l[gitopsv1alpha1.SyncNamespaceLabel]
+	if !hasName && !hasNS {
+		return nil
+	}
+	if !hasName || !hasNS {
+		out := map[string]string{}
+		if hasName {
+			out[gitopsv1alpha1.SyncNameLabel] = intern(name)
+		}
+		if hasNS {
+			out[gitopsv1alpha1.SyncNamespaceLabel] = intern(ns)
+		}
+		return out
+	}
+	key := ns + "/" + name
+	if v, ok := sharedLabels.Load(key); ok {
+		return v.(map[string]string)
+	}
+	v, _ := sharedLabels.LoadOrStore(key, map[string]string{gitopsv1alpha1.SyncNameLabel: intern(name), gitopsv1alpha1.SyncNamespaceLabel: intern(ns)})
+	return v.(map[string]string)
 }
 
 // ensure starts watching the kinds of refs not yet watched.

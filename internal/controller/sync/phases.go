@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +19,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/expr"
+	"github.com/converge-dev/converge/internal/gitops/placement"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 )
@@ -161,6 +163,15 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, reconcile.TerminalError(errors.New("empty render"))
 	}
 
+	// Kinds: one unknown kind is one Stalled condition, not one apply error
+	// per object.
+	if msg, err := r.unknownKinds(ctx, sy, dir, objs); err != nil {
+		return ctrl.Result{}, err
+	} else if msg != "" {
+		s.fail(gitopsv1alpha1.UnknownKindReason, true, "revision %s: %s", revision, msg)
+		return ctrl.Result{RequeueAfter: s.retryAfter()}, nil
+	}
+
 	// Apply (applyAll records every object in the inventory before it is
 	// written, so a crash mid-apply never loses track of one).
 	actx, cancel := context.WithTimeout(ctx, s.timeout())
@@ -244,8 +255,10 @@ func (r *Reconciler) source(ctx context.Context, s *scope) (dir, revision string
 	if !r.Store.Has(key.Namespace, key.Name, a.Revision, a.Digest) {
 		// After a manager restart the cache is empty until the GitRepository
 		// controller fetches again.
+		// A new leader is here while its GitRepository controller fetches
+		// the revision again; that fetch changes no status, so poll.
 		s.fail(gitopsv1alpha1.SourceNotReadyReason, false, "waiting for revision %s of GitRepository %s to be fetched", a.Revision, key)
-		return "", "", ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+		return "", "", ctrl.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
 	return r.Store.Path(key.Namespace, key.Name, a.Revision, a.Digest), a.Revision, ctrl.Result{}, nil
 }
@@ -255,13 +268,10 @@ func (r *Reconciler) source(ctx context.Context, s *scope) (dir, revision string
 func (r *Reconciler) render(ctx context.Context, s *scope, dir string) ([]*unstructured.Unstructured, error) {
 	sy := s.sync
 	rk := fmt.Sprintf("%s|%s|%d", dir, sy.Spec.Path, sy.Generation)
-	s.st.mu.Lock()
-	if s.st.renderKey == rk {
-		objs := s.st.rendered
-		s.st.mu.Unlock()
+	key := types.NamespacedName{Namespace: sy.Namespace, Name: sy.Name}
+	if objs, ok := r.renders.get(key, rk); ok {
 		return objs, nil
 	}
-	s.st.mu.Unlock()
 	objs, err := render.Render(ctx, dir, sy.Spec.Path, r.Render)
 	if err != nil {
 		return nil, err
@@ -269,13 +279,13 @@ func (r *Reconciler) render(ctx context.Context, s *scope, dir string) ([]*unstr
 	for _, u := range objs {
 		r.prepare(sy, u)
 	}
-	s.st.mu.Lock()
-	s.st.renderKey, s.st.rendered = rk, objs
-	s.st.mu.Unlock()
+	r.renders.put(key, rk, objs)
 	return objs, nil
 }
 
-// prepare sets the target namespace and the ownership labels.
+// prepare sets the ownership labels and, when the kind maps already, the
+// namespace (placement.Namespace). A kind defined by a CRD of this same
+// render does not map yet: its namespace is decided again at apply time.
 func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) {
 	l := u.GetLabels()
 	if l == nil {
@@ -284,24 +294,61 @@ func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructur
 	l[gitopsv1alpha1.SyncNameLabel] = sy.Name
 	l[gitopsv1alpha1.SyncNamespaceLabel] = sy.Namespace
 	u.SetLabels(l)
-	if u.GetNamespace() != "" || sy.Spec.TargetNamespace == "" || isClusterScopedWellKnown(u) {
-		return
-	}
-	// A kind defined by a CRD of this same render does not map yet: its
-	// namespace is decided again at apply time.
-	if m, err := r.Mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err == nil &&
-		m.Scope.Name() == meta.RESTScopeNameNamespace {
-		u.SetNamespace(sy.Spec.TargetNamespace)
+	if ns, err := placement.Namespace(r.Mapper, sy, u); err == nil {
+		u.SetNamespace(ns)
 	}
 }
 
-func isClusterScopedWellKnown(u *unstructured.Unstructured) bool {
-	switch u.GroupVersionKind().GroupKind().String() {
-	case "Namespace", "CustomResourceDefinition.apiextensions.k8s.io", "ClusterRole.rbac.authorization.k8s.io",
-		"ClusterRoleBinding.rbac.authorization.k8s.io", "PersistentVolume", "StorageClass.storage.k8s.io":
-		return true
+// unknownKinds checks that every kind of objs is served by the API server
+// or defined by a CRD among objs. It returns a message naming the first
+// unknown kind and its file (and how many more there are), "" when all are
+// known.
+func (r *Reconciler) unknownKinds(ctx context.Context, sy *gitopsv1alpha1.Sync, dir string, objs []*unstructured.Unstructured) (string, error) {
+	defined := map[schema.GroupKind]bool{}
+	for _, u := range objs {
+		if u.GroupVersionKind().GroupKind().String() == "CustomResourceDefinition.apiextensions.k8s.io" {
+			g, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+			k, _, _ := unstructured.NestedString(u.Object, "spec", "names", "kind")
+			defined[schema.GroupKind{Group: g, Kind: k}] = true
+		}
 	}
-	return false
+	var unknown []schema.GroupVersionKind
+	seen := map[schema.GroupVersionKind]bool{}
+	var first *unstructured.Unstructured
+	for _, u := range objs {
+		gvk := u.GroupVersionKind()
+		if seen[gvk] || defined[gvk.GroupKind()] || placement.ClusterScopedWellKnown(u) {
+			continue
+		}
+		seen[gvk] = true
+		_, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err == nil {
+			continue
+		}
+		if !meta.IsNoMatchError(err) {
+			return "", fmt.Errorf("mapping %s: %w", gvk, err)
+		}
+		if first == nil {
+			first = u
+		}
+		unknown = append(unknown, gvk)
+	}
+	if first == nil {
+		return "", nil
+	}
+	gvk, name := first.GroupVersionKind(), first.GetName()
+	file, err := render.Locate(ctx, dir, sy.Spec.Path, r.Render, func(o *unstructured.Unstructured) bool {
+		return o.GroupVersionKind() == gvk && o.GetName() == name
+	})
+	if err != nil || file == "" {
+		file = "path " + sy.Spec.Path
+	}
+	msg := fmt.Sprintf("kind %s (apiVersion %s) of %s/%s in %s is not served by the API server, and no CustomResourceDefinition of this revision defines it",
+		gvk.Kind, gvk.GroupVersion(), gvk.Kind, name, file)
+	if len(unknown) > 1 {
+		msg += fmt.Sprintf(" (and %d more unknown kinds)", len(unknown)-1)
+	}
+	return msg + "; nothing is applied or pruned", nil
 }
 
 // writeAheadInventory records desired objects missing from the inventory

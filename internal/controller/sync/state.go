@@ -2,7 +2,6 @@ package sync
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -21,8 +20,10 @@ type objKey struct {
 	Group, Kind, Namespace, Name string
 }
 
+// keyOf is the key of a reference. Group, kind and namespace repeat across
+// thousands of records and are interned.
 func keyOf(r gitopsv1alpha1.ObjectRef) objKey {
-	return objKey{Group: r.Group, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+	return objKey{Group: intern(r.Group), Kind: intern(r.Kind), Namespace: intern(r.Namespace), Name: r.Name}
 }
 
 func refOf(u *unstructured.Unstructured) gitopsv1alpha1.ObjectRef {
@@ -49,13 +50,17 @@ func sortRefs(refs []gitopsv1alpha1.ObjectRef) {
 	sort.Slice(refs, func(i, j int) bool { return refString(refs[i]) < refString(refs[j]) })
 }
 
-// record is what the controller last applied to one object: the hash of
+// record is what the controller last applied to one object: the digest of
 // the desired state and the resourceVersion the apply returned. While both
 // hold, the object is unchanged and costs no request.
 type record struct {
-	hash string
+	hash digest
 	rv   string
 }
+
+// digest is the first 16 bytes of a SHA-256, kept as bytes (not hex) in
+// every record.
+type digest [16]byte
 
 // syncState is one Sync's in-memory state. It is a cache: after a restart it
 // is empty and rebuilt by the first apply; status.inventory is the truth.
@@ -63,9 +68,6 @@ type syncState struct {
 	mu gosync.Mutex
 	// records by object.
 	records map[objKey]record
-	// rendered caches the last render by its input key.
-	renderKey string
-	rendered  []*unstructured.Unstructured
 	// waitSince is when waiting for health started, by revision.
 	waitRevision string
 	waitSince    time.Time
@@ -128,10 +130,10 @@ func (st *syncState) takeDriftSeen(k objKey) (time.Time, bool) {
 }
 
 // hashObject hashes the desired object (its canonical JSON).
-func hashObject(u *unstructured.Unstructured) string {
+func hashObject(u *unstructured.Unstructured) digest {
 	b, _ := json.Marshal(u.Object) // maps marshal with sorted keys
 	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:16])
+	return digest(h[:16])
 }
 
 // Results of applying one object.

@@ -42,6 +42,11 @@ func computeStatus(s *scope) {
 	}
 
 	switch {
+	case s.deleting && s.failure != nil:
+		// Say why the deletion does not finish (a prune the API server
+		// refuses), rather than a bare "deleting".
+		set(gitopsv1alpha1.ReadyCondition, metav1.ConditionFalse, gitopsv1alpha1.DeletingReason, "deleting: "+s.failure.message)
+		set(gitopsv1alpha1.ReconcilingCondition, metav1.ConditionTrue, s.failure.reason, "retrying: "+s.failure.message)
 	case s.deleting:
 		set(gitopsv1alpha1.ReadyCondition, metav1.ConditionFalse, gitopsv1alpha1.DeletingReason, "deleting")
 	case s.suspended:

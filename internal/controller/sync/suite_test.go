@@ -147,6 +147,7 @@ func waitApplied(t *testing.T, g Gomega, ns, name, hash string) *gitopsv1alpha1.
 		g.Expect(s.Status.LastAppliedRevision).To(HaveSuffix(hash), "Ready: %s %s", c.Reason, c.Message)
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
 		g.Expect(s.Status.ObservedGeneration).To(Equal(s.Generation))
+		g.Expect(c.Reason).To(Equal(gitopsv1alpha1.SucceededReason))
 	}).Should(Succeed())
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -124,6 +125,9 @@ func (c *ConfinedFS) Dir() string { return c.dir }
 func (c *ConfinedFS) Rel(p string) (string, error) {
 	if err := c.ctx.Err(); err != nil {
 		return "", err
+	}
+	if strings.IndexByte(p, 0) >= 0 { // no file name holds one; the OS would refuse it with EINVAL
+		return "", &RefusedError{File: strconv.Quote(p), Reason: "the path contains a NUL byte"}
 	}
 	if filepath.IsAbs(p) {
 		rel, err := filepath.Rel(c.dir, filepath.Clean(p))

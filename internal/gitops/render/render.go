@@ -197,6 +197,30 @@ func kustomize(cfs *ConfinedFS, dir string, o Options) ([]*unstructured.Unstruct
 // followed inside the repository only; one that leaves it is refused (a
 // link to a directory is checked, not descended).
 func plain(ctx context.Context, cfs *ConfinedFS, dir string, o Options) ([]*unstructured.Unstructured, error) {
+	files, err := manifestFiles(ctx, cfs, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		b, err := cfs.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := Decode(f, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+		if len(out) > o.MaxManifests {
+			return nil, &LimitError{What: "objects rendered", Limit: int64(o.MaxManifests), Value: int64(len(out))}
+		}
+	}
+	return out, dedupe(out)
+}
+
+// manifestFiles lists the manifest files below dir, sorted.
+func manifestFiles(ctx context.Context, cfs *ConfinedFS, dir string) ([]string, error) {
 	var files []string
 	err := fs.WalkDir(cfs.root.FS(), dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -238,22 +262,50 @@ func plain(ctx context.Context, cfs *ConfinedFS, dir string, o Options) ([]*unst
 		return nil, cfs.note(err)
 	}
 	sort.Strings(files)
-	var out []*unstructured.Unstructured
+	return files, nil
+}
+
+// Locate names the file of root/path that an object matching match comes
+// from, for error messages: the kustomization file when path is a
+// kustomization (its build decides where an object comes from), else the
+// first manifest file holding a matching object. It reads through a
+// ConfinedFS as Render does, and returns "" when nothing matches.
+func Locate(ctx context.Context, root, path string, o Options, match func(*unstructured.Unstructured) bool) (string, error) {
+	o = o.withDefaults()
+	cfs, err := NewConfinedFS(ctx, root, o.MaxFileSize)
+	if err != nil {
+		return "", err
+	}
+	defer cfs.Close()
+	dir, err := cfs.Resolve(path)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range kustomizationFiles {
+		if fi, err := cfs.root.Lstat(joinRel(dir, k)); err == nil && !fi.IsDir() {
+			return joinRel(dir, k), nil
+		}
+	}
+	files, err := manifestFiles(ctx, cfs, dir)
+	if err != nil {
+		return "", err
+	}
 	for _, f := range files {
 		b, err := cfs.ReadFile(f)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		objs, err := Decode(f, b)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
-		out = append(out, objs...)
-		if len(out) > o.MaxManifests {
-			return nil, &LimitError{What: "objects rendered", Limit: int64(o.MaxManifests), Value: int64(len(out))}
+		for _, u := range objs {
+			if match(u) {
+				return f, nil
+			}
 		}
 	}
-	return out, dedupe(out)
+	return "", nil
 }
 
 var lineRE = regexp.MustCompile(`line (\d+)`)

@@ -49,6 +49,11 @@ type Harness struct {
 	// NewBroken creates an instance named name whose server refuses its
 	// admin credentials.
 	NewBroken func(t *testing.T, name string)
+	// BrokenReason is the Ready condition's reason the kind reports when the
+	// server refuses the credentials (the built-in kinds say
+	// AuthenticationFailed). Empty accepts any non-empty reason: set it, so
+	// that the test fails when the instance is not ready for another cause.
+	BrokenReason string
 	// Timeout bounds each wait; 60 s when zero.
 	Timeout time.Duration
 }
@@ -131,6 +136,9 @@ func Run(t *testing.T, h Harness) {
 			g.Expect(found).To(gomega.BeTrue(), "a Ready condition exists")
 			g.Expect(status).To(gomega.Equal(string(metav1.ConditionFalse)))
 			g.Expect(reason).NotTo(gomega.BeEmpty())
+			if h.BrokenReason != "" {
+				g.Expect(reason).To(gomega.Equal(h.BrokenReason), "refused credentials are reported as such: %s", msg)
+			}
 			g.Expect(msg).NotTo(gomega.BeEmpty(), "the condition says why")
 		}).WithTimeout(h.timeout()).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
 		g.Consistently(func(g gomega.Gomega) {

@@ -1,0 +1,225 @@
+// Command certificates measures N Certificates from a CA Issuer to all Ready
+// on a local control plane, against a floor measured in the same run: a
+// plain Go loop doing the same key generation, signing and Secret creation,
+// with the same concurrency (8) and the same client-side API budget as the
+// certificate controller (-qps, -burst). It prints BENCH lines (total time
+// and ratio to the floor, p50/p99 issue latency) and asserts nothing. From
+// the repository root (after `make tools`):
+//
+//	go run ./bench/certificates -n 1000
+package main
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/internal/controller/certificate"
+	"github.com/converge-dev/converge/internal/controller/certificaterequest"
+	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+func main() {
+	n := flag.Int("n", 1000, "Certificates")
+	qps := flag.Float64("qps", 50, "client-side QPS of the certificate and certificaterequest controllers, and of the floor")
+	burst := flag.Int("burst", 100, "client-side burst, as -qps")
+	alg := flag.String("algorithm", pkiv1alpha1.ECDSAKeyAlgorithm, "key algorithm (RSA makes the crypto dominate)")
+	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "certificates:", err)
+		os.Exit(1)
+	}
+}
+
+const workers = 8
+
+func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration) error {
+	fmt.Fprintf(os.Stderr, "starting the local control plane; %d Certificates (%s), budget %v QPS / burst %d, %d workers\n", n, alg, qps, burst, workers)
+	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
+		o.Controllers = []string{"issuer", "certificaterequest", "certificate"}
+		o.KubeAPIQPS = map[string]float32{certificate.ControllerName: qps, certificaterequest.ControllerName: qps}
+		o.KubeAPIBurst = map[string]int{certificate.ControllerName: burst, certificaterequest.ControllerName: burst}
+	}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	for _, ns := range []string{"floor", "converge"} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	caSecret, caChain, caKey, err := makeCA()
+	if err != nil {
+		return err
+	}
+	ks := pki.ResolveKey(&pkiv1alpha1.CertificatePrivateKey{Algorithm: alg})
+
+	// Floor: the same work by a plain loop, same workers and budget.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = qps, burst
+	fc, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	if err != nil {
+		return err
+	}
+	spec := func(i int) *pkiv1alpha1.CertificateSpec {
+		return &pkiv1alpha1.CertificateSpec{SecretName: fmt.Sprintf("c%d-tls", i), DNSNames: []string{fmt.Sprintf("c%d.example.com", i)},
+			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: alg}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
+	}
+	start := time.Now()
+	if err := parallel(n, func(i int) error {
+		key, err := pki.GenerateKey(ks)
+		if err != nil {
+			return err
+		}
+		csrPEM, err := pki.BuildCSR(spec(i), key)
+		if err != nil {
+			return err
+		}
+		csr, err := pki.ParseCSR(csrPEM)
+		if err != nil {
+			return err
+		}
+		tmpl, err := pki.Template(csr, pki.DefaultDuration, nil, false, time.Now())
+		if err != nil {
+			return err
+		}
+		crt, err := pki.Sign(tmpl, caChain, caKey)
+		if err != nil {
+			return err
+		}
+		keyPEM, _ := pki.EncodeKey(key, ks.Encoding)
+		return fc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "floor", Name: spec(i).SecretName}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caSecret.Data[corev1.TLSCertKey]}})
+	}); err != nil {
+		return err
+	}
+	floor := time.Since(start)
+	fmt.Fprintf(os.Stderr, "floor: %s\n", floor)
+
+	// Converge: a ca Issuer and N Certificates.
+	caSecret.Namespace = "converge"
+	if err := env.Client.Create(ctx, caSecret); err != nil {
+		return err
+	}
+	iss := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "converge", Name: "ca"}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}}
+	if err := env.Client.Create(ctx, iss); err != nil {
+		return err
+	}
+	for !meta.IsStatusConditionTrue(iss.Status.Conditions, pkiv1alpha1.ReadyCondition) {
+		time.Sleep(100 * time.Millisecond)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(iss), iss); err != nil {
+			return err
+		}
+	}
+	created := make([]time.Time, n)
+	start = time.Now()
+	if err := parallel(n, func(i int) error {
+		created[i] = time.Now()
+		return env.Client.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "converge", Name: fmt.Sprintf("c%d", i)}, Spec: *spec(i)})
+	}); err != nil {
+		return err
+	}
+	readyAt := map[string]time.Time{}
+	deadline := time.Now().Add(timeout)
+	for len(readyAt) < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Ready after %s", len(readyAt), n, timeout)
+		}
+		var l pkiv1alpha1.CertificateList
+		if err := env.Client.List(ctx, &l, client.InNamespace("converge")); err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, c := range l.Items {
+			if _, ok := readyAt[c.Name]; !ok && meta.IsStatusConditionTrue(c.Status.Conditions, pkiv1alpha1.ReadyCondition) {
+				readyAt[c.Name] = now
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	total := time.Since(start)
+	lat := make([]float64, 0, n)
+	for i := range n {
+		lat = append(lat, readyAt[fmt.Sprintf("c%d", i)].Sub(created[i]).Seconds())
+	}
+	sort.Float64s(lat)
+	benchout.Line("certificates.floor_seconds", floor.Seconds(), "s")
+	benchout.Ratio("certificates.all_ready_seconds", total.Seconds(), "s", total.Seconds()/floor.Seconds())
+	benchout.Line("certificates.p50_issue_seconds", lat[len(lat)/2], "s")
+	benchout.Line("certificates.p99_issue_seconds", lat[len(lat)*99/100], "s")
+	return nil
+}
+
+// parallel runs f for 0..n-1 on the workers and returns the first error.
+func parallel(n int, f func(int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// makeCA returns a CA key pair Secret (named "ca") and its parsed parts.
+func makeCA() (*corev1.Secret, *x509.Certificate, crypto.Signer, error) {
+	key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	csrPEM, _ := pki.BuildCSR(&pkiv1alpha1.CertificateSpec{CommonName: "bench CA"}, key)
+	csr, _ := pki.ParseCSR(csrPEM)
+	tmpl, _ := pki.Template(csr, 24*time.Hour*365, nil, true, time.Now())
+	crt, err := pki.Sign(tmpl, nil, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keyPEM, _ := pki.EncodeKey(key, pkiv1alpha1.PKCS8)
+	chain, _ := pki.ParseCerts(crt)
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ca"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: keyPEM}}, chain[0], key, nil
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/converge-dev/converge/internal/lbagent"
+	"github.com/converge-dev/converge/internal/setup"
+)
+
+// newAgentCommand groups the per-node data-plane agents.
+func newAgentCommand(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "agent", Short: "Run a per-node data-plane agent"}
+	c := lbagent.Config{DefaultClass: true}
+	lb := &cobra.Command{
+		Use:   "loadbalancer",
+		Short: "Program the LoadBalancer data plane (nftables) and announce addresses (ARP) on this node; needs root",
+		Long: `Runs on every node (a DaemonSet with hostNetwork in a cluster): programs
+nftables in its own table for every LoadBalancer address this node may
+announce, takes a Lease per address so that exactly one node answers ARP,
+and sets LoadBalancerReady on a Service only after a connection through the
+address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := setupLogging(g, os.Stderr); err != nil {
+				return err
+			}
+			if c.NodeName == "" {
+				c.NodeName = os.Getenv("NODE_NAME")
+			}
+			if c.NodeName == "" {
+				return fmt.Errorf("--node-name (or $NODE_NAME) is required")
+			}
+			cfg, err := restConfig(g.kubeconfig)
+			if err != nil {
+				return err
+			}
+			c.RESTConfig, c.Scheme = cfg, setup.Scheme()
+			c.Log = ctrl.Log.WithName("lbagent").WithValues("node", c.NodeName)
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			return lbagent.Run(ctx, c)
+		},
+	}
+	f := lb.Flags()
+	f.StringVar(&c.NodeName, "node-name", "", "this node's name (default $NODE_NAME)")
+	f.StringVar(&c.Interface, "interface", "eth0", "interface to send gratuitous ARP on unless an L2Advertisement names one")
+	f.StringVar(&c.NetNS, "netns", "", "run the data plane in this named network namespace (default: the agent's own)")
+	f.StringVar(&c.LeaseNamespace, "lease-namespace", "converge-system", "namespace of the agents' Leases")
+	f.BoolVar(&c.DefaultClass, "lb-default-class", true, "serve LoadBalancer Services that set no spec.loadBalancerClass")
+	f.DurationVar(&c.LeaseDuration, "lease-duration", lbagent.DefaultLeaseDuration, "how long a silent agent keeps its addresses before another node takes them")
+	f.DurationVar(&c.RenewInterval, "renew-interval", lbagent.DefaultRenewInterval, "how often the agent renews its heartbeat Lease")
+	f.DurationVar(&c.ProbeInterval, "probe-interval", lbagent.DefaultProbeInterval, "how often reachability through each address is re-checked")
+	cmd.AddCommand(lb)
+	return cmd
+}

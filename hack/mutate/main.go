@@ -1,0 +1,157 @@
+// Command mutate is a small mutation tester: it flips one comparison or
+// boolean operator at a time in a package's non-test files, runs the
+// package's tests, and reports which mutants the tests killed. It restores
+// every file, also when interrupted (SIGINT, SIGTERM; not SIGKILL: then
+// `git checkout` the package).
+//
+//	go run ./hack/mutate -pkg ./internal/gitops/expr [-run REGEXP] [-timeout 2m]
+//
+// A mutant survives when the tests still pass: a line no test notices.
+// Mutants whose build fails are not counted.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// restore puts back the file being mutated; it runs on exit and on a signal.
+var (
+	restoreMu sync.Mutex
+	restoreFn func()
+)
+
+func setRestore(f func()) {
+	restoreMu.Lock()
+	defer restoreMu.Unlock()
+	restoreFn = f
+}
+
+var flips = map[token.Token]token.Token{
+	token.EQL: token.NEQ, token.NEQ: token.EQL,
+	token.LSS: token.GEQ, token.GEQ: token.LSS,
+	token.GTR: token.LEQ, token.LEQ: token.GTR,
+	token.LAND: token.LOR, token.LOR: token.LAND,
+}
+
+func main() {
+	pkg := flag.String("pkg", "", "package directory, e.g. ./internal/gitops/expr")
+	run := flag.String("run", "", "go test -run regexp (default: every test)")
+	timeout := flag.Duration("timeout", 2*time.Minute, "per-mutant test timeout")
+	flag.Parse()
+	if *pkg == "" {
+		fmt.Fprintln(os.Stderr, "mutate: -pkg is required")
+		os.Exit(2)
+	}
+	files, err := filepath.Glob(filepath.Join(*pkg, "*.go"))
+	if err != nil {
+		fail(err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		restoreMu.Lock()
+		if restoreFn != nil {
+			restoreFn()
+		}
+		os.Exit(1)
+	}()
+	var killed, survived, broken int
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(filepath.Base(path), "zz_generated") {
+			continue
+		}
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			fail(err)
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, orig, parser.ParseComments)
+		if err != nil {
+			fail(err)
+		}
+		var sites []*ast.BinaryExpr
+		ast.Inspect(f, func(n ast.Node) bool {
+			if b, ok := n.(*ast.BinaryExpr); ok {
+				if _, ok := flips[b.Op]; ok {
+					sites = append(sites, b)
+				}
+			}
+			return true
+		})
+		for _, b := range sites {
+			op := b.Op
+			b.Op = flips[op]
+			var buf bytes.Buffer
+			if err := printer.Fprint(&buf, fset, f); err != nil {
+				fail(err)
+			}
+			b.Op = op
+			where := fmt.Sprintf("%s:%d %s→%s", path, fset.Position(b.OpPos).Line, op, flips[op])
+			setRestore(func() { _ = os.WriteFile(path, orig, 0o644) }) //nolint:gosec // path is a file of the package the user named
+			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+				fail(err)
+			}
+			res := test(*pkg, *run, *timeout)
+			if err := os.WriteFile(path, orig, 0o644); err != nil { //nolint:gosec // as above
+				fail(err)
+			}
+			setRestore(nil)
+			switch res {
+			case "killed":
+				killed++
+			case "survived":
+				survived++
+				fmt.Println("SURVIVED", where)
+			default:
+				broken++
+			}
+		}
+	}
+	total := killed + survived
+	score := 0.0
+	if total > 0 {
+		score = 100 * float64(killed) / float64(total)
+	}
+	fmt.Printf("mutate %s: %d of %d mutants killed (%.0f%%), %d did not build\n", *pkg, killed, total, score, broken)
+}
+
+// test runs the package's tests and classifies the mutant.
+func test(pkg, run string, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout) //nolint:forbidigo // a command's root context: signals are handled by restore
+	defer cancel()
+	args := []string{"test", "-count=1", "-failfast"}
+	if run != "" {
+		args = append(args, "-run", run)
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
+	out, err := cmd.CombinedOutput()
+	switch {
+	case err == nil:
+		return "survived"
+	case bytes.Contains(out, []byte("[build failed]")) || bytes.Contains(out, []byte("[setup failed]")):
+		return "broken"
+	default:
+		return "killed" // a failing test or a timeout
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "mutate:", err)
+	os.Exit(1)
+}

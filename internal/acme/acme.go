@@ -1,0 +1,193 @@
+// Package acme obtains certificates from an ACME (RFC 8555) server with
+// HTTP-01 challenges answered by Converge itself: Solver holds the pending
+// key authorizations and serves them under /.well-known/acme-challenge/ on
+// the manager's own listener (--acme-http01-bind-address), so no Pod is
+// started per challenge.
+package acme
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	xacme "golang.org/x/crypto/acme"
+)
+
+// ChallengePath is where HTTP-01 answers are served.
+const ChallengePath = "/.well-known/acme-challenge/"
+
+// Solver answers HTTP-01 challenges from memory.
+type Solver struct {
+	mu      sync.RWMutex
+	answers map[string]string
+	// Served counts the answers served, for tests.
+	served int
+}
+
+// NewSolver returns an empty Solver.
+func NewSolver() *Solver { return &Solver{answers: map[string]string{}} }
+
+// Present makes the solver answer token with keyAuth.
+func (s *Solver) Present(token, keyAuth string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answers[token] = keyAuth
+}
+
+// CleanUp forgets token.
+func (s *Solver) CleanUp(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.answers, token)
+}
+
+// Served returns how many challenges were answered.
+func (s *Solver) Served() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.served
+}
+
+// ServeHTTP answers GET /.well-known/acme-challenge/<token>.
+func (s *Solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	token, ok := strings.CutPrefix(r.URL.Path, ChallengePath)
+	if !ok || r.Method != http.MethodGet || strings.Contains(token, "/") {
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	ka, found := s.answers[token]
+	if found {
+		s.served++
+	}
+	s.mu.Unlock()
+	if !found {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write([]byte(ka))
+}
+
+// Server serves a Solver on an address; it is a manager Runnable that runs
+// on every replica (the ACME server may reach any of them).
+type Server struct {
+	Addr   string
+	Solver *Solver
+}
+
+// NeedLeaderElection is false: every replica answers.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("listening for ACME HTTP-01 on %s: %w", s.Addr, err)
+	}
+	srv := &http.Server{Handler: s.Solver, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// NewClient returns an ACME client for directory with the account key; kid is
+// the account URL once registered. caBundle, when set, is the only trust for
+// the server's TLS.
+func NewClient(directory string, caBundle []byte, key crypto.Signer, kid string) (*xacme.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if len(caBundle) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caBundle) {
+			return nil, errors.New("caBundle holds no PEM certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &xacme.Client{Key: key, DirectoryURL: directory, KID: xacme.KeyID(kid), UserAgent: "converge",
+		HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+}
+
+// Register registers (or finds) the account of the client's key and returns
+// its URL.
+func Register(ctx context.Context, c *xacme.Client, email string) (string, error) {
+	acct := &xacme.Account{}
+	if email != "" {
+		acct.Contact = []string{"mailto:" + email}
+	}
+	a, err := c.Register(ctx, acct, xacme.AcceptTOS)
+	if errors.Is(err, xacme.ErrAccountAlreadyExists) {
+		a, err = c.GetReg(ctx, "")
+	}
+	if err != nil {
+		return "", fmt.Errorf("registering the ACME account: %w", err)
+	}
+	return a.URI, nil
+}
+
+// Obtain orders a certificate for the names of csrDER, answers each HTTP-01
+// challenge with s, and returns the chain (DER, leaf first). An error holds
+// the CA's problem document when it sent one.
+func Obtain(ctx context.Context, c *xacme.Client, s *Solver, dnsNames, ips []string, csrDER []byte) ([][]byte, error) {
+	ids := xacme.DomainIDs(dnsNames...)
+	ids = append(ids, xacme.IPIDs(ips...)...)
+	if len(ids) == 0 {
+		return nil, errors.New("ACME certificates need at least one DNS name or IP address")
+	}
+	order, err := c.AuthorizeOrder(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("creating the order: %w", err)
+	}
+	for _, u := range order.AuthzURLs {
+		z, err := c.GetAuthorization(ctx, u)
+		if err != nil {
+			return nil, fmt.Errorf("reading authorization %s: %w", u, err)
+		}
+		if z.Status == xacme.StatusValid {
+			continue
+		}
+		var ch *xacme.Challenge
+		for _, c := range z.Challenges {
+			if c.Type == "http-01" {
+				ch = c
+			}
+		}
+		if ch == nil {
+			return nil, fmt.Errorf("the server offers no http-01 challenge for %s", z.Identifier.Value)
+		}
+		ka, err := c.HTTP01ChallengeResponse(ch.Token)
+		if err != nil {
+			return nil, err
+		}
+		s.Present(ch.Token, ka)
+		defer s.CleanUp(ch.Token)
+		if _, err := c.Accept(ctx, ch); err != nil {
+			return nil, fmt.Errorf("accepting the challenge for %s: %w", z.Identifier.Value, err)
+		}
+		if _, err := c.WaitAuthorization(ctx, z.URI); err != nil {
+			return nil, fmt.Errorf("challenge for %s: %w", z.Identifier.Value, err)
+		}
+	}
+	if _, err := c.WaitOrder(ctx, order.URI); err != nil {
+		return nil, fmt.Errorf("order %s: %w", order.URI, err)
+	}
+	chain, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csrDER, true)
+	if err != nil {
+		return nil, fmt.Errorf("finalizing the order: %w", err)
+	}
+	return chain, nil
+}

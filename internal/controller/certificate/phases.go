@@ -1,0 +1,298 @@
+package certificate
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/issuerref"
+	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/sharding"
+)
+
+// scope is what one reconcile read and decided.
+type scope struct {
+	cert   *pkiv1alpha1.Certificate
+	now    time.Time
+	secret *corev1.Secret
+	obs    *observed
+	// secretValid: the Secret serves a valid certificate while a new one is
+	// issued (renewal, manual trigger), so Ready stays True.
+	secretValid bool
+	why         string
+}
+
+// wait records what the issuance waits for: on Issuing, and on Ready when the
+// Secret is not usable.
+func (s *scope) wait(reason, msg string) {
+	setCondition(s.cert, pkiv1alpha1.IssuingCondition, metav1.ConditionTrue, reason, s.why+": "+msg)
+	if !s.secretValid {
+		setCondition(s.cert, pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+	}
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cert
+	var sec corev1.Secret
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.SecretName}, &sec); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("reading Secret %s: %w", c.Spec.SecretName, err)
+	default:
+		s.secret = &sec
+	}
+	if s.secret != nil && !owned(c, s.secret) {
+		msg := fmt.Sprintf("Secret %q exists and was not written for this Certificate (its %s annotation does not name it); it is never overwritten: delete it or choose another spec.secretName",
+			c.Spec.SecretName, pkiv1alpha1.CertificateNameAnnotation)
+		setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, pkiv1alpha1.SecretNotOwnedReason, msg)
+		setCondition(c, pkiv1alpha1.StalledCondition, metav1.ConditionTrue, pkiv1alpha1.SecretNotOwnedReason, msg)
+		meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.IssuingCondition)
+		return ctrl.Result{}, nil
+	}
+	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.StalledCondition)
+	reason, msg, obs := evaluate(c, s.secret, s.now)
+	issuing := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition)
+	if reason != "" && reason != pkiv1alpha1.RenewingReason && (issuing == nil || issuing.Status != metav1.ConditionTrue) {
+		// Before starting an issuance, look past the cache: it may not
+		// have seen the Secret this controller just wrote.
+		var live corev1.Secret
+		switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.SecretName}, &live); {
+		case apierrors.IsNotFound(err):
+			s.secret = nil
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("reading Secret %s: %w", c.Spec.SecretName, err)
+		default:
+			s.secret = &live
+			if !owned(c, s.secret) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil // seen as foreign next time, from the cache
+			}
+		}
+		reason, msg, obs = evaluate(c, s.secret, s.now)
+	}
+	s.obs = obs
+	if reason == "" || reason == pkiv1alpha1.RenewingReason {
+		s.secretValid = true
+		leaf := obs.chain[0]
+		c.Status.NotBefore, c.Status.NotAfter = ptr.To(metav1.NewTime(leaf.NotBefore)), ptr.To(metav1.NewTime(leaf.NotAfter))
+		c.Status.RenewalTime = ptr.To(metav1.NewTime(pki.RenewalTime(&c.Spec, leaf.NotBefore, leaf.NotAfter)))
+	} else {
+		c.Status.NotBefore, c.Status.NotAfter, c.Status.RenewalTime = nil, nil, nil
+	}
+	if reason == "" && (issuing == nil || issuing.Status != metav1.ConditionTrue) {
+		return r.upToDate(ctx, s)
+	}
+	switch {
+	case issuing != nil && issuing.Status == metav1.ConditionTrue && reason == "":
+		reason, msg = issuing.Reason, issuing.Message // manually triggered, or an issuance under way
+	case issuing == nil || issuing.Status != metav1.ConditionTrue:
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, reason, "Issue", "Issuing certificate: %s", msg)
+	}
+	s.why = reason
+	if issuing != nil && issuing.Status == metav1.ConditionTrue {
+		s.why, _ = cutReason(issuing.Message, reason)
+	}
+	if s.secretValid {
+		setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, "Certificate is up to date and has not expired; a new one is being issued")
+	}
+	_ = msg
+	return r.issue(ctx, s)
+}
+
+// cutReason returns the first reason recorded in an Issuing message
+// ("<why>: <detail>"), or fallback.
+func cutReason(msg, fallback string) (why, detail string) {
+	for i := 0; i < len(msg); i++ {
+		if msg[i] == ':' {
+			return msg[:i], msg[i+1:]
+		}
+	}
+	return fallback, msg
+}
+
+// upToDate records a current Secret and schedules its renewal.
+func (r *Reconciler) upToDate(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cert
+	setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, "Certificate is up to date and has not expired")
+	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.IssuingCondition)
+	c.Status.FailedIssuanceAttempts, c.Status.LastFailureTime, c.Status.NextRetryTime = nil, nil, nil
+	if err := r.syncSecretMetadata(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.deleteNextKey(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: c.Status.RenewalTime.Sub(s.now) + time.Second}, nil
+}
+
+// issue moves the issuance one step: back off, check the issuer, make the
+// key, create or read the request, write the Secret.
+func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cert
+	n := ptr.Deref(c.Status.FailedIssuanceAttempts, 0)
+	if n > 0 && c.Status.LastFailureTime != nil {
+		next := c.Status.LastFailureTime.Add(backoff(n, r.BackoffBase, r.BackoffMax))
+		c.Status.NextRetryTime = ptr.To(metav1.NewTime(next))
+		if s.now.Before(next) {
+			detail := fmt.Sprintf("%d failed attempt(s); next try at %s", n, next.UTC().Format(time.RFC3339))
+			if cur := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition); cur != nil && cur.Reason == pkiv1alpha1.IssuanceFailedReason {
+				_, detail = cutReason(cur.Message, "") // keep the issuer's message
+				detail = strings.TrimSpace(detail)
+			}
+			s.wait(pkiv1alpha1.IssuanceFailedReason, detail)
+			return ctrl.Result{RequeueAfter: next.Sub(s.now)}, nil
+		}
+	}
+	ref := c.Spec.IssuerRef
+	if issuerref.IsBuiltIn(ref) {
+		iss, err := issuerref.Get(ctx, r.Client, c.Namespace, ref)
+		if apierrors.IsNotFound(err) {
+			s.wait(pkiv1alpha1.IssuerNotFoundReason, fmt.Sprintf("%s %q not found", issuerref.Kind(ref), ref.Name))
+			return ctrl.Result{}, nil
+		} else if err != nil {
+			return ctrl.Result{}, err
+		}
+		if ok, why := issuerref.Ready(iss); !ok {
+			s.wait(pkiv1alpha1.IssuerNotReadyReason, fmt.Sprintf("%s %q is not ready: %s", issuerref.Kind(ref), ref.Name, why))
+			return ctrl.Result{}, nil
+		}
+	}
+	key, keySecret, err := r.nextKey(ctx, s)
+	if errors.Is(err, errStaleCache) {
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+	rev := ptr.Deref(c.Status.Revision, 0) + 1
+	name := requestName(c.Name, rev, n)
+	var cr pkiv1alpha1.CertificateRequest
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &cr); {
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{}, r.createRequest(ctx, s, name, rev, key, keySecret)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	if !metav1.IsControlledBy(&cr, c) || cr.Annotations[SpecHashAnnotation] != pki.SpecHash(&c.Spec) || !requestForKey(&cr, key) {
+		// A request for an older spec or key: replace it, judged on the
+		// latest Certificate only.
+		if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		} else if err != nil {
+			return ctrl.Result{}, err
+		}
+		if metav1.IsControlledBy(&cr, c) {
+			if err := r.Delete(ctx, &cr, client.Preconditions{UID: &cr.UID}); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		s.wait(pkiv1alpha1.RequestPendingReason, "replacing CertificateRequest "+name+" made for an older spec or key")
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if failed, msg := requestFailed(&cr); failed {
+		return r.recordFailure(s, &cr, msg)
+	}
+	ready := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionTrue {
+		msg := "waiting for CertificateRequest " + name + " to be signed"
+		if ready != nil && ready.Message != "" {
+			msg += ": " + ready.Message
+		}
+		s.wait(pkiv1alpha1.RequestPendingReason, msg)
+		return ctrl.Result{}, nil
+	}
+	return r.writeSecret(ctx, s, &cr, key, rev)
+}
+
+// requestName is the name of the request for revision rev after n failed
+// attempts: <cert>-<rev>[-<n>].
+func requestName(cert string, rev, n int32) string {
+	suffix := "-" + strconv.Itoa(int(rev))
+	if n > 0 {
+		suffix += "-" + strconv.Itoa(int(n))
+	}
+	if len(cert)+len(suffix) > 253 {
+		cert = cert[:253-len(suffix)]
+	}
+	return cert + suffix
+}
+
+func requestForKey(cr *pkiv1alpha1.CertificateRequest, key crypto.Signer) bool {
+	csr, err := pki.ParseCSR(cr.Spec.Request)
+	return err == nil && pki.PublicKeyHash(csr.PublicKey) == pki.PublicKeyHash(key.Public())
+}
+
+// requestFailed says whether a request ended without a certificate.
+func requestFailed(cr *pkiv1alpha1.CertificateRequest) (bool, string) {
+	for _, t := range []string{pkiv1alpha1.DeniedCondition, pkiv1alpha1.InvalidRequestCondition} {
+		if cond := meta.FindStatusCondition(cr.Status.Conditions, t); cond != nil && cond.Status == metav1.ConditionTrue {
+			return true, cond.Reason + ": " + cond.Message
+		}
+	}
+	ready := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
+	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == pkiv1alpha1.FailedReason {
+		return true, ready.Message
+	}
+	return false, ""
+}
+
+// recordFailure counts a failed request once: the next attempt has another
+// request name, so this request is never counted again.
+func (r *Reconciler) recordFailure(s *scope, cr *pkiv1alpha1.CertificateRequest, msg string) (ctrl.Result, error) {
+	c := s.cert
+	n := ptr.Deref(c.Status.FailedIssuanceAttempts, 0) + 1
+	at := s.now
+	if cr.Status.FailureTime != nil {
+		at = cr.Status.FailureTime.Time
+	}
+	c.Status.FailedIssuanceAttempts = ptr.To(n)
+	c.Status.LastFailureTime = ptr.To(metav1.NewTime(at))
+	next := at.Add(backoff(n, r.BackoffBase, r.BackoffMax))
+	c.Status.NextRetryTime = ptr.To(metav1.NewTime(next))
+	s.wait(pkiv1alpha1.IssuanceFailedReason, fmt.Sprintf("CertificateRequest %s failed: %s; attempt %d, next try at %s", cr.Name, msg, n, next.UTC().Format(time.RFC3339)))
+	r.Recorder.Eventf(c, cr, corev1.EventTypeWarning, pkiv1alpha1.IssuanceFailedReason, "Issue", "CertificateRequest %s failed: %s", cr.Name, msg)
+	return ctrl.Result{RequeueAfter: next.Sub(s.now)}, nil
+}
+
+// createRequest creates the CertificateRequest for key.
+func (r *Reconciler) createRequest(ctx context.Context, s *scope, name string, rev int32, key crypto.Signer, keySecret string) error {
+	c := s.cert
+	csr, err := pki.BuildCSR(&c.Spec, key)
+	if err != nil {
+		return err
+	}
+	cr := &pkiv1alpha1.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name,
+			Labels: map[string]string{pkiv1alpha1.CertificateNameLabel: c.Name},
+			Annotations: map[string]string{pkiv1alpha1.CertificateNameAnnotation: c.Name, pkiv1alpha1.RevisionAnnotation: strconv.Itoa(int(rev)),
+				pkiv1alpha1.PrivateKeySecretAnnotation: keySecret, SpecHashAnnotation: pki.SpecHash(&c.Spec)}},
+		Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: c.Spec.IssuerRef, Duration: &metav1.Duration{Duration: pki.Duration(&c.Spec)},
+			Usages: c.Spec.Usages, IsCA: c.Spec.IsCA},
+	}
+	// The request is a sharded kind: it goes to the Certificate's shard, or
+	// that shard's CertificateRequest controller would never see it.
+	if shard, ok := c.Labels[sharding.Label]; ok {
+		cr.Labels[sharding.Label] = shard
+	}
+	if err := controllerutil.SetControllerReference(c, cr, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, cr, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating CertificateRequest %s: %w", name, err)
+	}
+	s.wait(pkiv1alpha1.RequestPendingReason, "created CertificateRequest "+name)
+	return nil
+}

@@ -1,0 +1,285 @@
+package certificate
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/pki"
+)
+
+// nextKeyName is the Secret holding the key of an issuance in progress.
+func nextKeyName(c *pkiv1alpha1.Certificate) string {
+	const suffix = "-next-key"
+	n := c.Name
+	if len(n)+len(suffix) > 253 {
+		n = n[:253-len(suffix)]
+	}
+	return n + suffix
+}
+
+// nextKey returns the key to request a certificate for and the Secret
+// holding it: the Secret's own key with rotationPolicy Never, else a new key
+// kept in the next-key Secret until the certificate is written.
+func (r *Reconciler) nextKey(ctx context.Context, s *scope) (crypto.Signer, string, error) {
+	c := s.cert
+	ks := pki.ResolveKey(c.Spec.PrivateKey)
+	if ks.RotationPolicy == pkiv1alpha1.RotationPolicyNever && s.obs != nil && s.obs.key != nil && pki.KeyMatches(s.obs.key, ks) {
+		return s.obs.key, c.Spec.SecretName, nil
+	}
+	name := nextKeyName(c)
+	var sec corev1.Secret
+	err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &sec)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, "", err
+	default:
+		if sec.Labels[pkiv1alpha1.NextPrivateKeyLabel] != c.Name || !metav1.IsControlledBy(&sec, c) {
+			return nil, "", fmt.Errorf("secret %s exists and is not this Certificate's next-key Secret; it is never overwritten", name)
+		}
+		if key, err := pki.ParseKey(sec.Data[corev1.TLSPrivateKeyKey]); err == nil && pki.KeyMatches(key, ks) {
+			c.Status.NextPrivateKeySecretName = name
+			return key, name, nil
+		}
+		// A key for an older spec: replace it.
+		if err := r.Delete(ctx, &sec, client.Preconditions{UID: &sec.UID}); client.IgnoreNotFound(err) != nil {
+			return nil, "", err
+		}
+		return nil, "", fmt.Errorf("replacing next-key Secret %s made for an older key spec", name)
+	}
+	// A new key starts an issuance over: only from the API server's latest
+	// Certificate, never from a cache that has not seen this controller's
+	// last status write (the next-key Secret is deleted once the Secret is
+	// written, so a stale Issuing=True would otherwise mint a second key and
+	// throw away the request just used).
+	if err := r.ensureCurrent(ctx, c); err != nil {
+		return nil, "", err
+	}
+	key, err := pki.GenerateKey(ks)
+	if err != nil {
+		return nil, "", err
+	}
+	pemKey, err := pki.EncodeKey(key, ks.Encoding)
+	if err != nil {
+		return nil, "", err
+	}
+	sec = corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{pkiv1alpha1.NextPrivateKeyLabel: c.Name}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{corev1.TLSPrivateKeyKey: pemKey},
+	}
+	if err := controllerutil.SetControllerReference(c, &sec, r.Scheme()); err != nil {
+		return nil, "", err
+	}
+	if err := r.Create(ctx, &sec, client.FieldOwner(FieldManager)); err != nil {
+		return nil, "", fmt.Errorf("creating next-key Secret %s: %w", name, err)
+	}
+	c.Status.NextPrivateKeySecretName = name
+	return key, name, nil
+}
+
+// errStaleCache: the cached Certificate is older than the API server's.
+var errStaleCache = errors.New("the cache has not seen the Certificate's latest version yet")
+
+// ensureCurrent returns errStaleCache unless c is the API server's latest
+// version of the Certificate (one uncached GET, on the paths that replace a
+// key or a request).
+func (r *Reconciler) ensureCurrent(ctx context.Context, c *pkiv1alpha1.Certificate) error {
+	var live pkiv1alpha1.Certificate
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(c), &live); err != nil {
+		return fmt.Errorf("reading Certificate %s: %w", c.Name, err)
+	}
+	if live.ResourceVersion != c.ResourceVersion {
+		return errStaleCache
+	}
+	return nil
+}
+
+// deleteNextKey removes the next-key Secret once the issuance is done.
+func (r *Reconciler) deleteNextKey(ctx context.Context, c *pkiv1alpha1.Certificate) error {
+	if c.Status.NextPrivateKeySecretName == "" {
+		return nil
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Status.NextPrivateKeySecretName}}
+	if err := r.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting next-key Secret: %w", err)
+	}
+	c.Status.NextPrivateKeySecretName = ""
+	return nil
+}
+
+// desiredMetadata sets the Secret's labels, annotations and owner.
+func (r *Reconciler) desiredMetadata(c *pkiv1alpha1.Certificate, sec *corev1.Secret) error {
+	if sec.Labels == nil {
+		sec.Labels = map[string]string{}
+	}
+	if sec.Annotations == nil {
+		sec.Annotations = map[string]string{}
+	}
+	if t := c.Spec.SecretTemplate; t != nil {
+		maps.Copy(sec.Labels, t.Labels)
+		maps.Copy(sec.Annotations, t.Annotations)
+	}
+	sec.Labels[pkiv1alpha1.CertificateNameLabel] = c.Name
+	name, kind, group := issuerLabels(c)
+	sec.Annotations[pkiv1alpha1.CertificateNameAnnotation] = c.Name
+	sec.Annotations[pkiv1alpha1.IssuerNameAnnotation] = name
+	sec.Annotations[pkiv1alpha1.IssuerKindAnnotation] = kind
+	sec.Annotations[pkiv1alpha1.IssuerGroupAnnotation] = group
+	if ptr.Deref(c.Spec.OwnSecret, r.OwnSecrets) {
+		return controllerutil.SetOwnerReference(c, sec, r.Scheme())
+	}
+	sec.OwnerReferences = slices.DeleteFunc(sec.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == c.UID })
+	if len(sec.OwnerReferences) == 0 {
+		sec.OwnerReferences = nil
+	}
+	return nil
+}
+
+// syncSecretMetadata applies secretTemplate and ownership changes to a
+// current Secret without reissuing.
+func (r *Reconciler) syncSecretMetadata(ctx context.Context, s *scope) error {
+	want := s.secret.DeepCopy()
+	if err := r.desiredMetadata(s.cert, want); err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(want.ObjectMeta, s.secret.ObjectMeta) {
+		return nil
+	}
+	if err := r.Update(ctx, want, client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("updating Secret %s metadata: %w", want.Name, err)
+	}
+	return nil
+}
+
+// writeSecret writes the signed certificate and its key, records the new
+// revision and schedules the renewal.
+func (r *Reconciler) writeSecret(ctx context.Context, s *scope, cr *pkiv1alpha1.CertificateRequest, key crypto.Signer, rev int32) (ctrl.Result, error) {
+	c := s.cert
+	chain, err := pki.ParseCerts(cr.Status.Certificate)
+	if err != nil || !pki.PublicKeyMatches(chain[0], key) {
+		msg := "the issuer returned a certificate that does not match the requested key"
+		if err != nil {
+			msg = "the issuer returned no parsable certificate: " + err.Error()
+		}
+		return r.recordFailure(s, cr, msg)
+	}
+	pemKey, err := pki.EncodeKey(key, pki.ResolveKey(c.Spec.PrivateKey).Encoding)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Spec.SecretName}}
+	if s.secret != nil {
+		sec = s.secret.DeepCopy()
+	}
+	if err := r.desiredMetadata(c, sec); err != nil {
+		return ctrl.Result{}, err
+	}
+	sec.Annotations[SpecHashAnnotation] = pki.SpecHash(&c.Spec)
+	sec.Type = corev1.SecretTypeTLS
+	sec.Data = map[string][]byte{corev1.TLSCertKey: cr.Status.Certificate, corev1.TLSPrivateKeyKey: pemKey}
+	if len(cr.Status.CA) > 0 {
+		sec.Data["ca.crt"] = cr.Status.CA
+	}
+	switch {
+	case s.secret == nil:
+		err = r.Create(ctx, sec, client.FieldOwner(FieldManager))
+	case equality.Semantic.DeepEqual(sec, s.secret):
+		// Already written (a stale cached status asked again).
+	default:
+		err = r.Update(ctx, sec, client.FieldOwner(FieldManager))
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing Secret %s: %w", sec.Name, err)
+	}
+	leaf := chain[0]
+	c.Status.Revision = ptr.To(rev)
+	c.Status.NotBefore, c.Status.NotAfter = ptr.To(metav1.NewTime(leaf.NotBefore)), ptr.To(metav1.NewTime(leaf.NotAfter))
+	renewal := pki.RenewalTime(&c.Spec, leaf.NotBefore, leaf.NotAfter)
+	c.Status.RenewalTime = ptr.To(metav1.NewTime(renewal))
+	c.Status.FailedIssuanceAttempts, c.Status.LastFailureTime, c.Status.NextRetryTime = nil, nil, nil
+	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.IssuingCondition)
+	setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, "Certificate is up to date and has not expired")
+	r.Recorder.Eventf(c, cr, corev1.EventTypeNormal, "Issued", "Issue", "Certificate issued (revision %d), valid until %s", rev, leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
+	if err := r.deleteNextKey(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.prune(ctx, c, rev); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: renewal.Sub(s.now) + 1e9}, nil
+}
+
+// prune deletes the requests beyond revisionHistoryLimit and failed attempts
+// of finished revisions.
+func (r *Reconciler) prune(ctx context.Context, c *pkiv1alpha1.Certificate, rev int32) error {
+	limit := ptr.Deref(c.Spec.RevisionHistoryLimit, 1)
+	var l pkiv1alpha1.CertificateRequestList
+	if err := r.List(ctx, &l, client.InNamespace(c.Namespace), client.MatchingLabels{pkiv1alpha1.CertificateNameLabel: c.Name}); err != nil {
+		return err
+	}
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+	for i := range l.Items {
+		cr := &l.Items[i]
+		if !metav1.IsControlledBy(cr, c) {
+			continue
+		}
+		n64, err := strconv.ParseInt(cr.Annotations[pkiv1alpha1.RevisionAnnotation], 10, 32)
+		if err != nil {
+			continue
+		}
+		failed, _ := requestFailed(cr)
+		if n := int32(n64); n <= rev-limit || (n <= rev && failed) {
+			if err := r.Delete(ctx, cr); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("pruning CertificateRequest %s: %w", cr.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func recordMetrics(c *pkiv1alpha1.Certificate) {
+	name, kind, group := issuerLabels(c)
+	if c.Status.NotAfter != nil {
+		expiryGauge.WithLabelValues(c.Namespace, c.Name, name, kind, group).Set(float64(c.Status.NotAfter.Unix()))
+	}
+	if c.Status.RenewalTime != nil {
+		renewalGauge.WithLabelValues(c.Namespace, c.Name, name, kind, group).Set(float64(c.Status.RenewalTime.Unix()))
+	}
+	status := "Unknown"
+	if cond := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition); cond != nil {
+		status = string(cond.Status)
+	}
+	for _, s := range []string{"True", "False", "Unknown"} {
+		v := 0.0
+		if s == status {
+			v = 1
+		}
+		readyGauge.WithLabelValues(c.Namespace, c.Name, s, name, kind, group).Set(v)
+	}
+}
+
+func forgetMetrics(ns, name string) {
+	l := map[string]string{"namespace": ns, "name": name}
+	expiryGauge.DeletePartialMatch(l)
+	renewalGauge.DeletePartialMatch(l)
+	readyGauge.DeletePartialMatch(l)
+}

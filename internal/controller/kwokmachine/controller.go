@@ -1,0 +1,287 @@
+// Package kwokmachine is the KwokMachine provider: provisioning registers a
+// Node that kwok serves (providerID kwok://<namespace>/<name>), powering off
+// takes the Node from kwok and marks it NotReady, powering on hands it back.
+// It honours the infrastructure-machine contract, so that thousands of
+// Machines fit on one laptop for scale and upgrade tests.
+package kwokmachine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
+)
+
+// ControllerName is the controller's name.
+const ControllerName = "kwokmachine"
+
+// FieldManager is the field manager of the controller's writes.
+const FieldManager = "converge-kwokmachine"
+
+const (
+	// KwokNodeAnnotation (value "fake") hands a Node to kwok, which then
+	// keeps it Ready; without it the Node is nobody's and stays NotReady.
+	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+	// OwnerAnnotation on a Node names the KwokMachine ("namespace/name")
+	// it was registered for; a Node without it is never touched.
+	OwnerAnnotation = "infrastructure.converge.dev/kwokmachine"
+	// PoweredOffReason is the Node Ready condition's reason while off.
+	nodePoweredOffReason = "MachinePoweredOff"
+)
+
+// Reconciler reconciles KwokMachines.
+type Reconciler struct {
+	client.Client
+	// MaxConcurrentReconciles; 8 when zero.
+	MaxConcurrentReconciles int
+}
+
+// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=kwokmachines,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=kwokmachines/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=kwokmachines/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Client = mgr.GetClient()
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 8
+	}
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetAnnotations()[OwnerAnnotation] != "" })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&infrastructurev1alpha1.KwokMachine{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			ns, name, ok := strings.Cut(o.GetAnnotations()[OwnerAnnotation], "/")
+			if !ok {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+		}), builder.WithPredicates(ours)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// ProviderID is a KwokMachine's providerID.
+func ProviderID(km *infrastructurev1alpha1.KwokMachine) string {
+	return "kwok://" + km.Namespace + "/" + km.Name
+}
+
+// NodeName is the name of a KwokMachine's Node: kwok-<namespace>-<name>,
+// shortened with a hash when too long for a Node name.
+func NodeName(km *infrastructurev1alpha1.KwokMachine) string {
+	n := "kwok-" + km.Namespace + "-" + km.Name
+	if len(n) <= 253 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(km.Namespace + "/" + km.Name))
+	return n[:236] + "-" + hex.EncodeToString(sum[:8])
+}
+
+func owner(km *infrastructurev1alpha1.KwokMachine) string { return km.Namespace + "/" + km.Name }
+
+// Reconcile drives one KwokMachine.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	km := &infrastructurev1alpha1.KwokMachine{}
+	if err := r.Get(ctx, req.NamespacedName, km); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !km.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, km)
+	}
+	// The finalizer and the providerID in one write, before the Node.
+	if !controllerutil.ContainsFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer) || km.Spec.ProviderID == "" {
+		base := km.DeepCopy()
+		controllerutil.AddFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer)
+		if km.Spec.ProviderID == "" {
+			km.Spec.ProviderID = ProviderID(km)
+		}
+		return ctrl.Result{}, r.Patch(ctx, km, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+	}
+	patcher := creconcile.NewStatusPatcher(r.Client, km)
+	err := r.reconcileNode(ctx, km)
+	if err == nil {
+		km.Status.ObservedGeneration = km.Generation
+	}
+	return ctrl.Result{}, errors.Join(err, client.IgnoreNotFound(patcher.Patch(ctx, km)))
+}
+
+func setReady(km *infrastructurev1alpha1.KwokMachine, status metav1.ConditionStatus, reason, msg string) {
+	creconcile.SetCondition(&km.Status.Conditions, km.Generation, infrastructurev1alpha1.ReadyCondition, status, reason, msg)
+}
+
+func wantOn(km *infrastructurev1alpha1.KwokMachine) bool {
+	return km.Spec.PowerState != machinev1alpha1.PowerOff
+}
+
+// reconcileNode registers the Node and converges its power state, then
+// records what it observed.
+func (r *Reconciler) reconcileNode(ctx context.Context, km *infrastructurev1alpha1.KwokMachine) error {
+	name := NodeName(km)
+	node := &corev1.Node{}
+	err := r.Get(ctx, types.NamespacedName{Name: name}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+		node = newNode(km, name)
+		if err := r.Create(ctx, node, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("registering Node %s: %w", name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("reading Node %s: %w", name, err)
+	case node.Annotations[OwnerAnnotation] != owner(km) || node.Spec.ProviderID != km.Spec.ProviderID:
+		km.Status.Provisioned = false
+		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.NodeConflictReason,
+			fmt.Sprintf("Node %s exists and was not registered for this KwokMachine; it is never adopted", name))
+		return nil
+	default:
+		if err := r.power(ctx, km, node); err != nil {
+			return err
+		}
+	}
+	observe(km, node)
+	return nil
+}
+
+func newNode(km *infrastructurev1alpha1.KwokMachine, name string) *corev1.Node {
+	ann := map[string]string{OwnerAnnotation: owner(km)}
+	if wantOn(km) {
+		ann[KwokNodeAnnotation] = "fake"
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: ann,
+			Labels: map[string]string{
+				"kubernetes.io/hostname": name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+				"type":                   "kwok",
+			},
+		},
+		Spec: corev1.NodeSpec{ProviderID: km.Spec.ProviderID},
+	}
+}
+
+// power hands the Node to kwok (On) or takes it back and marks it NotReady
+// (Off).
+func (r *Reconciler) power(ctx context.Context, km *infrastructurev1alpha1.KwokMachine, node *corev1.Node) error {
+	_, managed := node.Annotations[KwokNodeAnnotation]
+	on := wantOn(km)
+	if on != managed {
+		base := node.DeepCopy()
+		if on {
+			node.Annotations[KwokNodeAnnotation] = "fake"
+		} else {
+			delete(node.Annotations, KwokNodeAnnotation)
+		}
+		if err := r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("powering Node %s %s: %w", node.Name, km.Spec.PowerState, err)
+		}
+	}
+	if !on && nodeReady(node) != corev1.ConditionFalse {
+		// kwok no longer heartbeats it; say so at once rather than waiting
+		// for the node-lifecycle controller's grace period.
+		base := node.DeepCopy()
+		now := metav1.Now()
+		setNodeCondition(node, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: nodePoweredOffReason,
+			Message: "the KwokMachine is powered off", LastHeartbeatTime: now, LastTransitionTime: now})
+		if err := r.Status().Patch(ctx, node, client.MergeFrom(base)); err != nil {
+			return fmt.Errorf("marking Node %s NotReady: %w", node.Name, err)
+		}
+	}
+	return nil
+}
+
+func setNodeCondition(n *corev1.Node, c corev1.NodeCondition) {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == c.Type {
+			n.Status.Conditions[i] = c
+			return
+		}
+	}
+	n.Status.Conditions = append(n.Status.Conditions, c)
+}
+
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// observe records the contract status from the Node.
+func observe(km *infrastructurev1alpha1.KwokMachine, node *corev1.Node) {
+	km.Status.Provisioned = true
+	km.Status.NodeName = node.Name
+	km.Status.BootDevice = km.Spec.BootDevice
+	if km.Status.BootDevice == "" {
+		km.Status.BootDevice = machinev1alpha1.BootDisk
+	}
+	km.Status.Addresses = nil
+	for _, a := range node.Status.Addresses {
+		km.Status.Addresses = append(km.Status.Addresses, machinev1alpha1.MachineAddress{Type: string(a.Type), Address: a.Address})
+	}
+	_, managed := node.Annotations[KwokNodeAnnotation]
+	ready := nodeReady(node) == corev1.ConditionTrue
+	switch {
+	case wantOn(km) && managed && ready:
+		km.Status.PowerState = machinev1alpha1.PowerOn
+		setReady(km, metav1.ConditionTrue, infrastructurev1alpha1.PoweredOnReason, "Node "+node.Name+" is Ready")
+	case !wantOn(km) && !managed && !ready:
+		km.Status.PowerState = machinev1alpha1.PowerOff
+		setReady(km, metav1.ConditionTrue, infrastructurev1alpha1.PoweredOffReason, "Node "+node.Name+" is powered off")
+	default:
+		if managed && ready {
+			km.Status.PowerState = machinev1alpha1.PowerOn
+		} else {
+			km.Status.PowerState = machinev1alpha1.PowerOff
+		}
+		want := "On"
+		if !wantOn(km) {
+			want = "Off"
+		}
+		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.PoweringReason, "powering "+want)
+	}
+}
+
+func (r *Reconciler) reconcileDelete(ctx context.Context, km *infrastructurev1alpha1.KwokMachine) error {
+	if !controllerutil.ContainsFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer) {
+		return nil
+	}
+	node := &corev1.Node{}
+	err := r.Get(ctx, types.NamespacedName{Name: NodeName(km)}, node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil && node.Annotations[OwnerAnnotation] == owner(km) {
+		if node.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, node, client.Preconditions{UID: &node.UID}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting Node %s: %w", node.Name, err)
+			}
+		}
+		return nil // the Node's deletion event brings us back
+	}
+	return creconcile.RemoveFinalizer(ctx, r.Client, km, infrastructurev1alpha1.KwokMachineFinalizer)
+}

@@ -1,0 +1,181 @@
+package lbagent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
+	"github.com/converge-dev/converge/internal/lbdataplane"
+	"github.com/converge-dev/converge/internal/lbipam"
+)
+
+// vipState is what this node should do for one address.
+type vipState struct {
+	ip        netip.Addr
+	iface     string
+	services  []*corev1.Service
+	dataplane []lbdataplane.Service
+}
+
+// desired reads the caches and returns every address this node is
+// eligible to announce, with its Services and ready endpoints.
+func (a *agent) desired(ctx context.Context) (map[netip.Addr]*vipState, error) {
+	var pools lbv1alpha1.IPAddressPoolList
+	if err := a.cache.List(ctx, &pools); err != nil {
+		return nil, err
+	}
+	var advs lbv1alpha1.L2AdvertisementList
+	if err := a.cache.List(ctx, &advs); err != nil {
+		return nil, err
+	}
+	node := &corev1.Node{}
+	if err := a.cache.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, node); err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	out := map[netip.Addr]*vipState{}
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		iface, ok := advertised(p.Name, node.Labels, advs.Items, a.cfg.Interface)
+		if !ok {
+			continue
+		}
+		for _, as := range p.Status.Assignments {
+			ip, err := netip.ParseAddr(as.Address)
+			if err != nil {
+				continue
+			}
+			svc := &corev1.Service{}
+			if err := a.cache.Get(ctx, client.ObjectKey{Namespace: as.Service.Namespace, Name: as.Service.Name}, svc); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, err
+			}
+			if svc.UID != as.Service.UID || !lbipam.Wants(svc, a.cfg.DefaultClass) {
+				continue
+			}
+			dp, err := a.dataplaneService(ctx, svc, ip)
+			if err != nil {
+				return nil, err
+			}
+			st := out[ip]
+			if st == nil {
+				st = &vipState{ip: ip, iface: iface}
+				out[ip] = st
+			}
+			st.services = append(st.services, svc)
+			st.dataplane = append(st.dataplane, dp)
+		}
+	}
+	return out, nil
+}
+
+// advertised reports whether an L2Advertisement announces the pool from a
+// node with these labels, and on which interface.
+func advertised(pool string, nodeLabels map[string]string, advs []lbv1alpha1.L2Advertisement, def string) (string, bool) {
+	for _, adv := range advs {
+		if len(adv.Spec.IPAddressPools) > 0 && !slices.Contains(adv.Spec.IPAddressPools, pool) {
+			continue
+		}
+		if len(adv.Spec.NodeSelectors) > 0 {
+			match := false
+			for i := range adv.Spec.NodeSelectors {
+				s, err := metav1.LabelSelectorAsSelector(&adv.Spec.NodeSelectors[i])
+				if err == nil && s.Matches(labels.Set(nodeLabels)) {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+		}
+		if len(adv.Spec.Interfaces) > 0 {
+			return adv.Spec.Interfaces[0], true
+		}
+		return def, true
+	}
+	return "", false
+}
+
+// dataplaneService maps a Service's ports to its ready, non-terminating
+// endpoints. Terminating endpoints get no new connections; their existing
+// ones keep flowing through conntrack until they close (drain).
+func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip netip.Addr) (lbdataplane.Service, error) {
+	var sliceList discoveryv1.EndpointSliceList
+	if err := a.cache.List(ctx, &sliceList, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return lbdataplane.Service{}, err
+	}
+	out := lbdataplane.Service{Name: svc.Namespace + "/" + svc.Name, VIP: ip,
+		ClientIPAffinity: svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP}
+	for _, sp := range svc.Spec.Ports {
+		proto := ""
+		switch sp.Protocol {
+		case corev1.ProtocolTCP, "":
+			proto = "tcp"
+		case corev1.ProtocolUDP:
+			proto = "udp"
+		default:
+			continue // SCTP is not served
+		}
+		port := lbdataplane.Port{Protocol: proto, Port: uint16(sp.Port)} //nolint:gosec // 1..65535 by validation
+		seen := map[netip.AddrPort]bool{}
+		for _, es := range sliceList.Items {
+			if es.AddressType != discoveryv1.AddressTypeIPv4 {
+				continue
+			}
+			target := int32(0)
+			for _, ep := range es.Ports {
+				if ep.Port != nil && ptrStr(ep.Name) == sp.Name && (ep.Protocol == nil || *ep.Protocol == sp.Protocol) {
+					target = *ep.Port
+				}
+			}
+			if target == 0 {
+				continue
+			}
+			for _, e := range es.Endpoints {
+				if (e.Conditions.Ready != nil && !*e.Conditions.Ready) || (e.Conditions.Terminating != nil && *e.Conditions.Terminating) {
+					continue
+				}
+				for _, s := range e.Addresses {
+					addr, err := netip.ParseAddr(s)
+					if err != nil {
+						continue
+					}
+					ap := netip.AddrPortFrom(addr, uint16(target))
+					if !seen[ap] {
+						seen[ap] = true
+						port.Endpoints = append(port.Endpoints, ap)
+					}
+				}
+			}
+		}
+		out.Ports = append(out.Ports, port)
+	}
+	return out, nil
+}
+
+func ptrStr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// leaseName is the Lease of one address.
+func leaseName(ip netip.Addr) string {
+	b := ip.As4()
+	return fmt.Sprintf("lb-vip-%d-%d-%d-%d", b[0], b[1], b[2], b[3])
+}
+
+// heartbeatName is the Lease an agent renews.
+func heartbeatName(node string) string { return "lb-agent-" + node }

@@ -1,0 +1,390 @@
+package lbagent
+
+import (
+	"context"
+	"hash/fnv"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/internal/lbdataplane"
+)
+
+// agent is the running state of one node's agent. Only run's goroutine
+// touches it, except the prober, which has its own fields under mu.
+type agent struct {
+	cfg    Config
+	cache  cache.Cache
+	client client.Client
+	nft    lbdataplane.NFT
+	addrs  lbdataplane.Addresses
+	wake   chan struct{}
+
+	heartbeat   *coordinationv1.Lease
+	lastRenew   time.Time // last successful heartbeat renewal
+	lastAttempt time.Time
+	// seen is when each agent's heartbeat renewTime was last seen to change.
+	seen map[string]heartbeatSeen
+	// freeSince is when an address was first seen without a live owner.
+	freeSince map[netip.Addr]time.Time
+
+	applied     string // last ruleset applied
+	listing     string // kernel listing right after that apply
+	lastDrift   time.Time
+	owned       map[netip.Addr]bool // addresses on lo (label lo:cvglb)
+	garpPending map[netip.Addr]int
+	garpLast    map[netip.Addr]time.Time
+
+	probes *prober
+}
+
+type heartbeatSeen struct {
+	renew metav1.MicroTime
+	at    time.Time
+}
+
+func newAgent(c Config, ca cache.Cache, cl client.Client) *agent {
+	a := &agent{cfg: c, cache: ca, client: cl,
+		nft: lbdataplane.NFT{NetNS: c.NetNS}, addrs: lbdataplane.Addresses{NetNS: c.NetNS},
+		wake: make(chan struct{}, 1), seen: map[string]heartbeatSeen{}, freeSince: map[netip.Addr]time.Time{},
+		owned: map[netip.Addr]bool{}, garpPending: map[netip.Addr]int{}, garpLast: map[netip.Addr]time.Time{}}
+	a.probes = &prober{a: a, results: map[string]probeResult{}, queue: make(chan probeJob, 1024), inflight: map[string]bool{}}
+	return a
+}
+
+func (a *agent) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *agent) run(ctx context.Context) error {
+	log := a.cfg.Log
+	if err := a.addrs.Ensure(ctx); err != nil {
+		return err
+	}
+	// Addresses left by a crashed run are not ours any more: the Leases
+	// decide again.
+	if err := a.addrs.Delete(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); a.probes.run(ctx) }()
+	defer func() {
+		wg.Wait()
+		a.cleanup()
+	}()
+	tick := time.NewTicker(a.cfg.RenewInterval / 3)
+	defer tick.Stop()
+	for {
+		if err := a.sync(ctx); err != nil && ctx.Err() == nil {
+			log.Error(err, "Syncing the load-balancer data plane")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// sync is one level-based pass: heartbeat, desired state, rules, owners,
+// addresses, probes.
+func (a *agent) sync(ctx context.Context) error {
+	now := time.Now()
+	a.renewHeartbeat(ctx, now)
+	healthy := now.Sub(a.lastRenew) < a.cfg.LeaseDuration
+	alive := a.observeHeartbeats(ctx, now, healthy)
+
+	want, err := a.desired(ctx)
+	if err != nil {
+		return err
+	}
+	var dp []lbdataplane.Service
+	for _, st := range want {
+		dp = append(dp, st.dataplane...)
+	}
+	if err := a.program(ctx, lbdataplane.Render(dp), now); err != nil {
+		return err
+	}
+
+	owned := map[netip.Addr]*vipState{}
+	for ip, st := range want {
+		if a.own(ctx, ip, now, healthy, alive) {
+			owned[ip] = st
+		}
+	}
+	a.releaseUnwanted(ctx, want)
+	a.converge(ctx, owned, now)
+	// Probe only what this node really holds: an address whose add failed
+	// must not be declared reachable through the output hook's DNAT alone.
+	held := make(map[netip.Addr]*vipState, len(owned))
+	for ip, st := range owned {
+		if a.owned[ip] {
+			held[ip] = st
+		}
+	}
+	a.probes.schedule(held, now)
+	return nil
+}
+
+// program applies the ruleset when it changed, and re-applies it when the
+// kernel's table no longer matches what was applied (drift).
+func (a *agent) program(ctx context.Context, rs string, now time.Time) error {
+	if rs == a.applied && now.Sub(a.lastDrift) < a.cfg.DriftInterval {
+		return nil
+	}
+	if rs == a.applied {
+		a.lastDrift = now
+		cur, err := a.nft.List(ctx)
+		if err != nil {
+			return err
+		}
+		if cur == a.listing {
+			return nil
+		}
+		a.cfg.Log.Info("Restoring nftables rules changed by someone else", "table", lbdataplane.Table)
+	}
+	if err := a.nft.Apply(ctx, rs); err != nil {
+		return err
+	}
+	cur, err := a.nft.List(ctx)
+	if err != nil {
+		return err
+	}
+	a.applied, a.listing, a.lastDrift = rs, cur, now
+	return nil
+}
+
+// renewHeartbeat renews (or creates) this agent's heartbeat Lease.
+func (a *agent) renewHeartbeat(ctx context.Context, now time.Time) {
+	if now.Sub(a.lastAttempt) < a.cfg.RenewInterval {
+		return
+	}
+	a.lastAttempt = now
+	name := heartbeatName(a.cfg.NodeName)
+	if a.heartbeat == nil {
+		l := &coordinationv1.Lease{}
+		err := a.client.Get(ctx, client.ObjectKey{Namespace: a.cfg.LeaseNamespace, Name: name}, l)
+		switch {
+		case apierrors.IsNotFound(err):
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.LeaseNamespace, Name: name,
+				Labels: map[string]string{agentLabel: "true"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.cfg.NodeName),
+					LeaseDurationSeconds: ptr.To(int32(min(a.cfg.LeaseDuration.Round(time.Second)/time.Second, 3600))), //nolint:gosec // clamped to an hour
+					RenewTime:            ptr.To(metav1.NewMicroTime(now))}}
+			if err := a.client.Create(ctx, l); err != nil {
+				a.cfg.Log.Error(err, "Creating the heartbeat Lease")
+				return
+			}
+			a.heartbeat, a.lastRenew = l, now
+			return
+		case err != nil:
+			a.cfg.Log.Error(err, "Reading the heartbeat Lease")
+			return
+		}
+		a.heartbeat = l
+	}
+	l := a.heartbeat.DeepCopy()
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	l.Spec.HolderIdentity = ptr.To(a.cfg.NodeName)
+	if err := a.client.Update(ctx, l); err != nil {
+		a.heartbeat = nil // re-read next time
+		a.cfg.Log.V(1).Info("Renewing the heartbeat Lease failed", "error", err.Error())
+		return
+	}
+	a.heartbeat, a.lastRenew = l, now
+}
+
+// observeHeartbeats returns the agents whose heartbeat was seen renewed
+// within LeaseDuration (on this clock), this one included when healthy.
+func (a *agent) observeHeartbeats(ctx context.Context, now time.Time, healthy bool) map[string]bool {
+	var list coordinationv1.LeaseList
+	alive := map[string]bool{}
+	if err := a.cache.List(ctx, &list, client.InNamespace(a.cfg.LeaseNamespace), client.MatchingLabels{agentLabel: "true"}); err != nil {
+		return alive
+	}
+	for _, l := range list.Items {
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		if holder == "" || l.Spec.RenewTime == nil {
+			continue
+		}
+		s, ok := a.seen[holder]
+		if !ok || !s.renew.Equal(l.Spec.RenewTime) {
+			s = heartbeatSeen{renew: *l.Spec.RenewTime, at: now}
+			a.seen[holder] = s
+		}
+		if now.Sub(s.at) < a.cfg.LeaseDuration {
+			alive[holder] = true
+		}
+	}
+	alive[a.cfg.NodeName] = healthy
+	return alive
+}
+
+// preferred picks the live agent that should take a free address first
+// (rendezvous hashing), so addresses spread over nodes.
+func preferred(ip netip.Addr, alive map[string]bool) string {
+	names := make([]string, 0, len(alive))
+	for n, ok := range alive {
+		if ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	best, bestScore := "", uint64(0)
+	for _, n := range names {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(n + "/" + ip.String()))
+		if s := h.Sum64(); best == "" || s > bestScore {
+			best, bestScore = n, s
+		}
+	}
+	return best
+}
+
+// own reports whether this node owns the address now, taking its Lease
+// when it is free or its holder is dead.
+func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy bool, alive map[string]bool) bool {
+	me := a.cfg.NodeName
+	l := &coordinationv1.Lease{}
+	err := a.cache.Get(ctx, client.ObjectKey{Namespace: a.cfg.LeaseNamespace, Name: leaseName(ip)}, l)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false
+	}
+	exists := err == nil
+	holder := ""
+	if exists {
+		holder = ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	if holder == me {
+		delete(a.freeSince, ip)
+		return healthy // self-fencing: an agent that cannot renew withdraws
+	}
+	if holder != "" && alive[holder] {
+		delete(a.freeSince, ip)
+		return false
+	}
+	if !healthy {
+		return false
+	}
+	since, ok := a.freeSince[ip]
+	if !ok {
+		since = now
+		a.freeSince[ip] = now
+	}
+	if preferred(ip, alive) != me && now.Sub(since) < 2*a.cfg.RenewInterval {
+		return false // give the preferred node a head start
+	}
+	if !exists {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.LeaseNamespace, Name: leaseName(ip),
+			Labels: map[string]string{vipLabel: "true"}}}
+		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(me), AcquireTime: ptr.To(metav1.NewMicroTime(now)),
+			RenewTime: ptr.To(metav1.NewMicroTime(now))}
+		if err := a.client.Create(ctx, l); err != nil {
+			return false // another agent won
+		}
+	} else {
+		l = l.DeepCopy()
+		l.Spec.HolderIdentity = ptr.To(me)
+		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		if err := a.client.Update(ctx, l); err != nil { // resourceVersion-checked
+			return false
+		}
+	}
+	a.cfg.Log.Info("Took over address", "address", ip.String(), "previousHolder", holder)
+	delete(a.freeSince, ip)
+	return true
+}
+
+// releaseUnwanted deletes the Leases this node holds for addresses no
+// longer assigned to a Service it serves.
+func (a *agent) releaseUnwanted(ctx context.Context, want map[netip.Addr]*vipState) {
+	var list coordinationv1.LeaseList
+	if err := a.cache.List(ctx, &list, client.InNamespace(a.cfg.LeaseNamespace), client.MatchingLabels{vipLabel: "true"}); err != nil {
+		return
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if ptr.Deref(l.Spec.HolderIdentity, "") != a.cfg.NodeName {
+			continue
+		}
+		keep := false
+		for ip := range want {
+			if leaseName(ip) == l.Name {
+				keep = true
+			}
+		}
+		if !keep {
+			_ = a.client.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+		}
+	}
+}
+
+// converge makes the loopback interface hold exactly the owned addresses and
+// sends gratuitous ARP (three times, 200 ms apart) for each new one.
+func (a *agent) converge(ctx context.Context, owned map[netip.Addr]*vipState, now time.Time) {
+	for ip := range a.owned {
+		if owned[ip] == nil {
+			if err := a.addrs.Remove(ctx, ip); err != nil {
+				a.cfg.Log.Error(err, "Withdrawing address", "address", ip.String())
+				continue
+			}
+			delete(a.owned, ip)
+			delete(a.garpPending, ip)
+		}
+	}
+	for ip, st := range owned {
+		if !a.owned[ip] {
+			if err := a.addrs.Add(ctx, ip); err != nil {
+				a.cfg.Log.Error(err, "Adding address", "address", ip.String())
+				continue
+			}
+			a.owned[ip] = true
+			a.garpPending[ip] = 3
+			a.garpLast[ip] = time.Time{}
+		}
+		if a.garpPending[ip] > 0 && now.Sub(a.garpLast[ip]) >= 200*time.Millisecond {
+			if err := lbdataplane.GratuitousARP(a.cfg.NetNS, st.iface, ip); err != nil {
+				a.cfg.Log.Error(err, "Sending gratuitous ARP", "address", ip.String())
+			}
+			a.garpPending[ip]--
+			a.garpLast[ip] = now
+		}
+	}
+}
+
+// cleanup removes everything the agent made: addresses (on lo),
+// rules, its address Leases (so peers take over at once) and heartbeat.
+func (a *agent) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) //nolint:forbidigo // the run context is done
+	defer cancel()
+	if err := a.addrs.Delete(ctx); err != nil {
+		a.cfg.Log.Error(err, "Removing the announced addresses")
+	}
+	if err := a.nft.Delete(ctx); err != nil {
+		a.cfg.Log.Error(err, "Removing the nftables table")
+	}
+	var list coordinationv1.LeaseList
+	if err := a.client.List(ctx, &list, client.InNamespace(a.cfg.LeaseNamespace)); err == nil {
+		for i := range list.Items {
+			l := &list.Items[i]
+			if ptr.Deref(l.Spec.HolderIdentity, "") == a.cfg.NodeName {
+				_ = a.client.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+			}
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package reconcile
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SetCondition sets the condition typ in conds, stamped with generation (the
+// metadata.generation it describes). LastTransitionTime changes only when the
+// status does. It reports whether anything changed.
+func SetCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) bool {
+	return meta.SetStatusCondition(conds, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		ObservedGeneration: generation,
+		Reason:             reason,
+		Message:            message,
+	})
+}
+
+// MarkTrue sets typ to True; see [SetCondition].
+func MarkTrue(conds *[]metav1.Condition, generation int64, typ, reason, message string) bool {
+	return SetCondition(conds, generation, typ, metav1.ConditionTrue, reason, message)
+}
+
+// MarkFalse sets typ to False; see [SetCondition].
+func MarkFalse(conds *[]metav1.Condition, generation int64, typ, reason, message string) bool {
+	return SetCondition(conds, generation, typ, metav1.ConditionFalse, reason, message)
+}
+
+// MarkUnknown sets typ to Unknown; see [SetCondition].
+func MarkUnknown(conds *[]metav1.Condition, generation int64, typ, reason, message string) bool {
+	return SetCondition(conds, generation, typ, metav1.ConditionUnknown, reason, message)
+}
+
+// Remove deletes the condition typ from conds and reports whether it was there.
+func Remove(conds *[]metav1.Condition, typ string) bool {
+	return meta.RemoveStatusCondition(conds, typ)
+}
+
+// IsTrue reports whether typ is True in conds.
+func IsTrue(conds []metav1.Condition, typ string) bool {
+	return meta.IsStatusConditionTrue(conds, typ)
+}
+
+// Reason returns the reason of typ in conds, or "" when it is not set.
+func Reason(conds []metav1.Condition, typ string) string {
+	if c := meta.FindStatusCondition(conds, typ); c != nil {
+		return c.Reason
+	}
+	return ""
+}

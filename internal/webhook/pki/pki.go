@@ -1,0 +1,283 @@
+// Package pki holds the admission webhooks of the pki.converge.dev API
+// group: defaulting and validation of Certificates, Issuers,
+// ClusterIssuers and CertificateRequests, with messages naming the field.
+package pki
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/mail"
+	"net/url"
+	"strings"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/issuerref"
+	"github.com/converge-dev/converge/internal/pki"
+)
+
+// +kubebuilder:webhook:path=/mutate-pki-converge-dev-v1alpha1-certificate,mutating=true,failurePolicy=fail,sideEffects=None,groups=pki.converge.dev,resources=certificates,verbs=create;update,versions=v1alpha1,name=mcertificate.pki.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-pki-converge-dev-v1alpha1-certificate,mutating=false,failurePolicy=fail,sideEffects=None,groups=pki.converge.dev,resources=certificates,verbs=create;update,versions=v1alpha1,name=vcertificate.pki.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-pki-converge-dev-v1alpha1-issuer,mutating=false,failurePolicy=fail,sideEffects=None,groups=pki.converge.dev,resources=issuers,verbs=create;update,versions=v1alpha1,name=vissuer.pki.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-pki-converge-dev-v1alpha1-clusterissuer,mutating=false,failurePolicy=fail,sideEffects=None,groups=pki.converge.dev,resources=clusterissuers,verbs=create;update,versions=v1alpha1,name=vclusterissuer.pki.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-pki-converge-dev-v1alpha1-certificaterequest,mutating=false,failurePolicy=fail,sideEffects=None,groups=pki.converge.dev,resources=certificaterequests,verbs=create;update,versions=v1alpha1,name=vcertificaterequest.pki.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
+// Certificate defaults and validates Certificates.
+type Certificate struct {
+	// MinimumDuration is the shortest spec.duration accepted;
+	// pki.MinimumDuration (1h) when zero.
+	MinimumDuration time.Duration
+}
+
+// SetupWithManager registers the webhooks.
+func (w Certificate) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &pkiv1alpha1.Certificate{}).WithDefaulter(w).WithValidator(w).Complete()
+}
+
+// CertManagerGroup is cert-manager's API group: an issuerRef naming it (as
+// manifests written for cert-manager do) names the built-in issuers.
+const CertManagerGroup = "cert-manager.io"
+
+// Default fills issuerRef.kind and issuerRef.group for built-in issuers, and
+// maps cert-manager's group to the built-in one.
+func (Certificate) Default(_ context.Context, c *pkiv1alpha1.Certificate) error {
+	if c.Spec.IssuerRef.Group == "" || c.Spec.IssuerRef.Group == CertManagerGroup {
+		c.Spec.IssuerRef.Group = pkiv1alpha1.GroupVersion.Group
+	}
+	if c.Spec.IssuerRef.Kind == "" && issuerref.IsBuiltIn(c.Spec.IssuerRef) {
+		c.Spec.IssuerRef.Kind = issuerref.IssuerKind
+	}
+	return nil
+}
+
+// ValidateCreate checks a new Certificate.
+func (w Certificate) ValidateCreate(_ context.Context, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
+	return nil, toStatus("Certificate", c.Name, w.ValidateSpec(&c.Spec, field.NewPath("spec")))
+}
+
+// ValidateUpdate checks a change (every field may change: it reissues).
+func (w Certificate) ValidateUpdate(_ context.Context, old, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
+	if apiequality.Semantic.DeepEqual(old.Spec, c.Spec) {
+		return nil, nil
+	}
+	return nil, toStatus("Certificate", c.Name, w.ValidateSpec(&c.Spec, field.NewPath("spec")))
+}
+
+// ValidateDelete allows every deletion.
+func (Certificate) ValidateDelete(context.Context, *pkiv1alpha1.Certificate) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ValidateSpec checks what the schema cannot.
+func (w Certificate) ValidateSpec(s *pkiv1alpha1.CertificateSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(s.SecretName) {
+		errs = append(errs, field.Invalid(p.Child("secretName"), s.SecretName, msg))
+	}
+	if s.CommonName == "" && len(s.DNSNames) == 0 && len(s.IPAddresses) == 0 && len(s.URIs) == 0 && len(s.EmailAddresses) == 0 && !s.IsCA {
+		errs = append(errs, field.Required(p.Child("dnsNames"), "at least one of commonName, dnsNames, ipAddresses, uris or emailAddresses is required (unless isCA)"))
+	}
+	for i, d := range s.DNSNames {
+		fp := p.Child("dnsNames").Index(i)
+		if net.ParseIP(d) != nil {
+			errs = append(errs, field.Invalid(fp, d, "an IP address: put it in spec.ipAddresses"))
+			continue
+		}
+		name := strings.TrimPrefix(d, "*.")
+		for _, msg := range validation.IsDNS1123Subdomain(strings.ToLower(name)) {
+			errs = append(errs, field.Invalid(fp, d, msg))
+		}
+	}
+	for i, ip := range s.IPAddresses {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, field.Invalid(p.Child("ipAddresses").Index(i), ip, "not an IP address"))
+		}
+	}
+	for i, u := range s.URIs {
+		if pu, err := url.Parse(u); err != nil || pu.Scheme == "" {
+			errs = append(errs, field.Invalid(p.Child("uris").Index(i), u, "not an absolute URI"))
+		}
+	}
+	for i, e := range s.EmailAddresses {
+		if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
+			errs = append(errs, field.Invalid(p.Child("emailAddresses").Index(i), e, "not an email address"))
+		}
+	}
+	minimum := w.MinimumDuration
+	if minimum == 0 {
+		minimum = pki.MinimumDuration
+	}
+	duration := pki.DefaultDuration
+	if s.Duration != nil {
+		duration = s.Duration.Duration
+		if duration < minimum {
+			errs = append(errs, field.Invalid(p.Child("duration"), s.Duration.Duration.String(), fmt.Sprintf("must be at least %s", minimum)))
+		}
+	}
+	if s.RenewBefore != nil {
+		if s.RenewBefore.Duration <= 0 {
+			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(), "must be positive"))
+		} else if s.RenewBefore.Duration >= duration {
+			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(), fmt.Sprintf("must be shorter than spec.duration (%s)", duration)))
+		}
+	}
+	if pk := s.PrivateKey; pk != nil {
+		if err := pki.ValidateKeySize(pk.Algorithm, int(pk.Size)); err != nil {
+			errs = append(errs, field.Invalid(p.Child("privateKey", "size"), pk.Size, err.Error()))
+		}
+		if pk.Algorithm == pkiv1alpha1.Ed25519KeyAlgorithm && pk.Encoding == pkiv1alpha1.PKCS1 {
+			errs = append(errs, field.Invalid(p.Child("privateKey", "encoding"), pk.Encoding, "Ed25519 keys are encoded as PKCS8"))
+		}
+	}
+	if _, _, err := pki.Usages(s.Usages, s.IsCA); err != nil {
+		errs = append(errs, field.Invalid(p.Child("usages"), s.Usages, err.Error()))
+	}
+	errs = append(errs, validateIssuerRef(s.IssuerRef, p.Child("issuerRef"))...)
+	return errs
+}
+
+func validateIssuerRef(ref pkiv1alpha1.IssuerReference, p *field.Path) field.ErrorList {
+	if !issuerref.IsBuiltIn(ref) {
+		if ref.Kind == "" {
+			return field.ErrorList{field.Required(p.Child("kind"), "an external issuer (group "+ref.Group+") needs a kind")}
+		}
+		return nil
+	}
+	if k := issuerref.Kind(ref); k != issuerref.IssuerKind && k != issuerref.ClusterIssuerKind {
+		return field.ErrorList{field.NotSupported(p.Child("kind"), k, []string{issuerref.IssuerKind, issuerref.ClusterIssuerKind})}
+	}
+	return nil
+}
+
+// Issuer validates Issuers.
+type Issuer struct{}
+
+// SetupWithManager registers the webhook.
+func (w Issuer) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &pkiv1alpha1.Issuer{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new Issuer.
+func (Issuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
+	return nil, toStatus("Issuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+}
+
+// ValidateUpdate checks a change.
+func (Issuer) ValidateUpdate(_ context.Context, _, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
+	return nil, toStatus("Issuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+}
+
+// ValidateDelete allows every deletion.
+func (Issuer) ValidateDelete(context.Context, *pkiv1alpha1.Issuer) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ClusterIssuer validates ClusterIssuers.
+type ClusterIssuer struct{}
+
+// SetupWithManager registers the webhook.
+func (w ClusterIssuer) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &pkiv1alpha1.ClusterIssuer{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new ClusterIssuer.
+func (ClusterIssuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
+	return nil, toStatus("ClusterIssuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+}
+
+// ValidateUpdate checks a change.
+func (ClusterIssuer) ValidateUpdate(_ context.Context, _, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
+	return nil, toStatus("ClusterIssuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+}
+
+// ValidateDelete allows every deletion.
+func (ClusterIssuer) ValidateDelete(context.Context, *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ValidateIssuerSpec checks an issuer's spec.
+func ValidateIssuerSpec(s *pkiv1alpha1.IssuerSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	n := 0
+	if s.SelfSigned != nil {
+		n++
+	}
+	if s.CA != nil {
+		n++
+		for _, msg := range validation.IsDNS1123Subdomain(s.CA.SecretName) {
+			errs = append(errs, field.Invalid(p.Child("ca", "secretName"), s.CA.SecretName, msg))
+		}
+	}
+	if a := s.ACME; a != nil {
+		n++
+		if u, err := url.Parse(a.Server); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, field.Invalid(p.Child("acme", "server"), a.Server, "must be an http(s) URL of an ACME directory"))
+		}
+		if a.Email != "" {
+			if _, err := mail.ParseAddress(a.Email); err != nil {
+				errs = append(errs, field.Invalid(p.Child("acme", "email"), a.Email, "not an email address"))
+			}
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(a.PrivateKeySecretRef.Name) {
+			errs = append(errs, field.Invalid(p.Child("acme", "privateKeySecretRef", "name"), a.PrivateKeySecretRef.Name, msg))
+		}
+		for i, sv := range a.Solvers {
+			if sv.HTTP01 == nil {
+				errs = append(errs, field.Required(p.Child("acme", "solvers").Index(i).Child("http01"), "only http01 solvers are supported"))
+			}
+		}
+	}
+	if n != 1 {
+		errs = append(errs, field.Invalid(p, n, "exactly one of selfSigned, ca and acme must be set"))
+	}
+	return errs
+}
+
+// CertificateRequest validates CertificateRequests: the CSR parses and the
+// spec is immutable.
+type CertificateRequest struct{}
+
+// SetupWithManager registers the webhook.
+func (w CertificateRequest) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &pkiv1alpha1.CertificateRequest{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new request.
+func (CertificateRequest) ValidateCreate(_ context.Context, cr *pkiv1alpha1.CertificateRequest) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	var errs field.ErrorList
+	if _, err := pki.ParseCSR(cr.Spec.Request); err != nil {
+		errs = append(errs, field.Invalid(p.Child("request"), "<csr>", err.Error()))
+	}
+	errs = append(errs, validateIssuerRef(cr.Spec.IssuerRef, p.Child("issuerRef"))...)
+	return nil, toStatus("CertificateRequest", cr.Name, errs)
+}
+
+// ValidateUpdate refuses spec changes.
+func (CertificateRequest) ValidateUpdate(_ context.Context, old, cr *pkiv1alpha1.CertificateRequest) (admission.Warnings, error) {
+	if !apiequality.Semantic.DeepEqual(old.Spec, cr.Spec) {
+		return nil, toStatus("CertificateRequest", cr.Name, field.ErrorList{field.Forbidden(field.NewPath("spec"), "a CertificateRequest's spec is immutable")})
+	}
+	return nil, nil
+}
+
+// ValidateDelete allows every deletion.
+func (CertificateRequest) ValidateDelete(context.Context, *pkiv1alpha1.CertificateRequest) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func toStatus(kind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(schema.GroupKind{Group: pkiv1alpha1.GroupVersion.Group, Kind: kind}, name, errs)
+}

@@ -1,0 +1,84 @@
+package security
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
+)
+
+// lbService creates a LoadBalancer Service as the tenant.
+func lbService(t *testing.T, tn *tenant, name string, port int32, ann map[string]string) {
+	t.Helper()
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name, Annotations: ann},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Name: "p", Protocol: corev1.ProtocolTCP, Port: port}}}}
+	if err := tn.Client.Create(t.Context(), s); err != nil {
+		t.Fatalf("tenant creating a LoadBalancer Service: %v", err)
+	}
+}
+
+func lbReason(ctx context.Context, tn *tenant, name string) string {
+	s := &corev1.Service{}
+	if err := tn.Client.Get(ctx, client.ObjectKey{Namespace: tn.NS, Name: name}, s); err != nil {
+		return ""
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// TestLoadBalancerPoolsStayWithTheirGrantees: a tenant cannot create or
+// edit pools, cannot name a pool granted to another namespace, cannot take
+// another tenant's address (even with its sharing key and free ports), and
+// cannot request an address from a pool it was not granted.
+func TestLoadBalancerPoolsStayWithTheirGrantees(t *testing.T) {
+	a, b := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + a.NS},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.0.0/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{a.NS}}}}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
+
+	// Pools are the admin's: a tenant can neither create nor widen one.
+	own := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "mine-" + b.NS},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.1.0/29"}}}
+	g.Expect(apierrors.IsForbidden(b.Client.Create(ctx, own))).To(BeTrue(), "a tenant created an IPAddressPool")
+	widened := pool.DeepCopy()
+	widened.Spec.ServiceAllocation.Namespaces = append(widened.Spec.ServiceAllocation.Namespaces, b.NS)
+	g.Expect(apierrors.IsForbidden(b.Client.Update(ctx, widened))).To(BeTrue(), "a tenant granted itself a pool")
+
+	lbService(t, a, "web", 80, map[string]string{lbv1alpha1.PoolAnnotation: pool.Name, lbv1alpha1.AllowSharedIPAnnotation: "k"})
+	var addr string
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Status.Assignments).To(HaveLen(1))
+		addr = pool.Status.Assignments[0].Address
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	lbService(t, b, "named", 80, map[string]string{lbv1alpha1.PoolAnnotation: pool.Name})
+	lbService(t, b, "hijack", 443, map[string]string{lbv1alpha1.AddressAnnotation: addr, lbv1alpha1.AllowSharedIPAnnotation: "k"})
+	lbService(t, b, "request", 80, map[string]string{lbv1alpha1.AddressAnnotation: "198.18.0.5"})
+	for name, want := range map[string]string{
+		"named":   lbv1alpha1.PoolNotAllowedReason,
+		"hijack":  lbv1alpha1.AddressUnavailableReason,
+		"request": lbv1alpha1.AddressUnavailableReason,
+	} {
+		g.Eventually(func() string { return lbReason(ctx, b, name) }).WithTimeout(30*time.Second).Should(Equal(want), name)
+	}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+	for _, as := range pool.Status.Assignments {
+		g.Expect(as.Service.Namespace).To(Equal(a.NS), "tenant b holds %s from a pool granted to a", as.Address)
+	}
+}
