@@ -35,7 +35,13 @@ func TestSelfSigned(t *testing.T) {
 	c = waitCert(t, g, ns, "web", pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason)
 	g.Expect(*c.Status.Revision).To(BeEquivalentTo(1))
 	g.Expect(c.Status.RenewalTime).NotTo(BeNil())
-	g.Expect(meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition)).To(BeNil())
+	g.Expect(meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition)).To(BeNil(), "the revision and the end of the issuance are one write")
+	// And it stays issued once: no second request from a leftover Issuing.
+	g.Consistently(func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		g.Expect(*c.Status.Revision).To(BeEquivalentTo(1))
+		g.Expect(meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition)).To(BeNil())
+	}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	s := getSecret(t, ns, "web-tls")
 	g.Expect(s.Type).To(Equal(corev1.SecretTypeTLS))
 	g.Expect(s.OwnerReferences).To(BeEmpty(), "the Secret is not owned unless asked")

@@ -214,6 +214,16 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		s.wait(pkiv1alpha1.RequestPendingReason, msg)
 		return ctrl.Result{}, nil
 	}
+	// Recording a revision ends the issuance: only from the API server's
+	// latest Certificate. A reconcile that started from a cached Certificate
+	// older than its Issuing condition never saw that condition, so its
+	// status patch could not remove it; the next reconcile would take the
+	// leftover Issuing=True for a new issuance and issue a second time.
+	if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
 	return r.writeSecret(ctx, s, &cr, key, rev)
 }
 
