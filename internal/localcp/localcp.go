@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -551,14 +552,54 @@ func failedChecks(body string) string {
 	return "; not ready: " + strings.Join(failed, ", ")
 }
 
-// FreePort asks the kernel for an unused port on 127.0.0.1.
+// FreePort returns a port on 127.0.0.1 that is free now, for a process
+// that binds it a little later (etcd, kube-apiserver, a listener of the
+// manager).
+//
+// It picks below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range) where it can: a port the kernel handed out
+// for ":0" is handed out again for the source port of any outgoing
+// connection, and with the parallel test suites' hundreds of connections one
+// of them took such a port before its listener bound it ("address already in
+// use"). Below the range only another explicit choice can collide. Where the
+// range starts too low it falls back to asking the kernel.
 func FreePort() (int, error) {
+	if lo := ephemeralLow(); lo > freePortLow+1000 {
+		for range 100 {
+			port := freePortLow + rand.IntN(lo-freePortLow) //nolint:gosec // not a secret: spreads choices
+			if portFree(port) == nil {
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortLow is the lowest port FreePort picks: above the well-known
+// services' usual ports.
+const freePortLow = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0 when
+// it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 func portFree(port int) error {

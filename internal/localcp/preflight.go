@@ -164,6 +164,15 @@ func pickPorts(cfg *Config) error {
 		}
 	}()
 	listen := func(port int) (int, error) {
+		if port == 0 {
+			// Below the ephemeral range where possible (see FreePort), or
+			// an outgoing connection may take it before the component binds.
+			p, err := FreePort()
+			if err != nil {
+				return 0, err
+			}
+			port = p
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			return 0, err

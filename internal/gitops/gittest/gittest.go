@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/internal/localcp"
 )
 
 // NeedGit skips (or, with CI=true, fails) t when git is missing.
@@ -233,10 +235,9 @@ func httpBackend(t testing.TB, git string) string {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := localcp.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
