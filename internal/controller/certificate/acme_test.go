@@ -79,3 +79,37 @@ func TestACMEChallengeUnreachable(t *testing.T) {
 		g.Expect(crs.Items).To(HaveLen(1))
 	}).WithTimeout(3 * time.Second).Should(Succeed())
 }
+
+// TestACMERefusesCA: an ACME issuer cannot issue a CA certificate. The
+// request is refused as InvalidRequest naming spec.isCA, the Certificate
+// records one failed attempt and backs off; no order reaches the server and
+// no second request follows (without the refusal the leaf Pebble returns
+// reads as a changed spec, and the Certificate would order again and again).
+func TestACMERefusesCA(t *testing.T) {
+	testenv.Need(t, env)
+	needPebble(t)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	acmeIssuer(t, g, ns)
+	c := newCert(ns, "ca", "pebble", "ca.example.test")
+	c.Spec.IsCA = true
+	g.Expect(env.Client.Create(t.Context(), c)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		cond := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(pkiv1alpha1.IssuanceFailedReason), cond.Message)
+		g.Expect(cond.Message).To(ContainSubstring("spec.isCA"))
+	}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Expect(ptr.Deref(c.Status.FailedIssuanceAttempts, 0)).To(BeEquivalentTo(1))
+	var cr pkiv1alpha1.CertificateRequest
+	g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "ca-1"}, &cr)).To(Succeed())
+	g.Expect(meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.InvalidRequestCondition)).To(
+		And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", pkiv1alpha1.InvalidRequestReason)))
+	g.Consistently(func(g Gomega) {
+		var crs pkiv1alpha1.CertificateRequestList
+		g.Expect(env.Client.List(t.Context(), &crs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(crs.Items).To(HaveLen(1))
+		g.Expect(getSecretErr(t, ns, "ca-tls")).To(HaveOccurred(), "no Secret from a refused request")
+	}).WithTimeout(3 * time.Second).Should(Succeed())
+}

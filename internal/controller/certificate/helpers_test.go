@@ -118,3 +118,10 @@ func chainRaw(cs []*x509.Certificate) [][]byte {
 	}
 	return out
 }
+
+// getSecretErr reads a Secret and returns the error (NotFound when it does
+// not exist).
+func getSecretErr(t *testing.T, ns, name string) error {
+	t.Helper()
+	return env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, &corev1.Secret{})
+}

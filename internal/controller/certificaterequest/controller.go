@@ -224,6 +224,13 @@ func (r *Reconciler) sign(ctx context.Context, cr *pkiv1alpha1.CertificateReques
 		}
 		return outcome{reason: pkiv1alpha1.IssuedReason, cert: leaf, ca: ca}, nil
 	case sp.ACME != nil:
+		if cr.Spec.IsCA {
+			// An ACME CA never issues a CA certificate; asking anyway would
+			// come back as a leaf, which the Certificate would take for a
+			// changed spec and order again, without end.
+			return outcome{reason: pkiv1alpha1.InvalidRequestReason, message: fmt.Sprintf(
+				"spec.isCA: %s %q is an ACME issuer, and ACME servers issue only leaf certificates; use a selfSigned or ca issuer for a CA", kind, ref.Name)}, nil
+		}
 		return r.signACME(ctx, iss, csr.Raw, csr.DNSNames, csr.IPAddresses)
 	}
 	return outcome{reason: pkiv1alpha1.PendingReason, message: "the issuer sets no type"}, nil
