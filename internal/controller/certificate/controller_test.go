@@ -112,9 +112,14 @@ func TestCAIssuerAndRepair(t *testing.T) {
 	}).Should(Succeed())
 
 	// Spec change: a new name is reissued.
-	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(leaf), leaf)).To(Succeed())
-	leaf.Spec.DNSNames = append(leaf.Spec.DNSNames, "api2.example.com")
-	g.Expect(env.Client.Update(t.Context(), leaf)).To(Succeed())
+	// Retried on conflicts with the controller's status writes.
+	testenv.Eventually(g, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(leaf), leaf); err != nil {
+			return err
+		}
+		leaf.Spec.DNSNames = []string{"api.example.com", "api2.example.com"}
+		return env.Client.Update(t.Context(), leaf)
+	}).Should(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		var again corev1.Secret
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &again)).To(Succeed())
