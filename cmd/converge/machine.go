@@ -149,7 +149,7 @@ func machinePower(g *globalFlags) *cobra.Command {
 			case "off":
 				state = machinev1alpha1.PowerOff
 			case "reset":
-				return resetMachine(cmd.Context(), c, m)
+				return resetMachine(cmd.Context(), cmd.OutOrStdout(), c, m)
 			default:
 				return errors.New("power takes on, off or reset")
 			}
@@ -164,7 +164,7 @@ func machinePower(g *globalFlags) *cobra.Command {
 }
 
 // resetMachine writes a new reset token on the provider object.
-func resetMachine(ctx context.Context, c client.Client, m *machinev1alpha1.Machine) error {
+func resetMachine(ctx context.Context, out io.Writer, c client.Client, m *machinev1alpha1.Machine) error {
 	ref := m.Spec.InfrastructureRef
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
@@ -179,6 +179,6 @@ func resetMachine(ctx context.Context, c client.Client, m *machinev1alpha1.Machi
 	if err := c.Patch(ctx, u, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("asking %s %s for a reset: %w", ref.Kind, ref.Name, err)
 	}
-	fmt.Printf("%s/%s reset requested (token %s)\n", ref.Kind, ref.Name, token)
-	return nil
+	_, err = fmt.Fprintf(out, "%s/%s reset requested (token %s)\n", ref.Kind, ref.Name, token)
+	return err
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
 )
 
@@ -53,7 +54,7 @@ func Status(ctx context.Context, c client.Client, w io.Writer, ns, name string) 
 	p := func(format string, a ...any) { _, _ = fmt.Fprintf(w, format+"\n", a...) }
 	p("Name:\t%s/%s", ns, name)
 	ref := cert.Spec.IssuerRef
-	p("Issuer:\t%s %s (%s)", orDefault(ref.Kind, "Issuer"), ref.Name, orDefault(ref.Group, pkiv1alpha1.GroupVersion.Group))
+	p("Issuer:\t%s %s (%s)", issuerref.Kind(ref), ref.Name, orDefault(ref.Group, pkiv1alpha1.GroupVersion.Group))
 	p("Secret:\t%s", cert.Spec.SecretName)
 	for _, cond := range cert.Status.Conditions {
 		p("%s:\t%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
@@ -135,7 +136,7 @@ func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip ne
 			}
 			target := int32(0)
 			for _, ep := range es.Ports {
-				if ep.Port != nil && ptrStr(ep.Name) == sp.Name && (ep.Protocol == nil || *ep.Protocol == sp.Protocol) {
+				if ep.Port != nil && ptr.Deref(ep.Name, "") == sp.Name && (ep.Protocol == nil || *ep.Protocol == sp.Protocol) {
 					target = *ep.Port
 				}
 			}
@@ -162,13 +163,6 @@ func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip ne
 		out.Ports = append(out.Ports, port)
 	}
 	return out, nil
-}
-
-func ptrStr(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
 
 // leaseName is the Lease of one address.

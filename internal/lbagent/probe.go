@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
@@ -158,9 +159,7 @@ func (a *agent) writeStatus(ctx context.Context, cached *corev1.Service, vip net
 	after := svc.DeepCopy()
 	reconcile.SetCondition(&after.Status.Conditions, svc.Generation, lbv1alpha1.LoadBalancerReadyCondition, status, reason, msg)
 	if status == metav1.ConditionTrue {
-		after.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: vip.String(), IPMode: ptrTo(corev1.LoadBalancerIPModeVIP)}}
+		after.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: vip.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
 	}
 	return p.Patch(ctx, after)
 }
-
-func ptrTo[T any](v T) *T { return &v }

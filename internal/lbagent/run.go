@@ -293,7 +293,8 @@ func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy b
 		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(me), AcquireTime: ptr.To(metav1.NewMicroTime(now)),
 			RenewTime: ptr.To(metav1.NewMicroTime(now))}
 		if err := a.client.Create(ctx, l); err != nil {
-			return false // another agent won
+			a.leaseRefused(err, ip)
+			return false // another agent won, or the API refused
 		}
 	} else {
 		l = l.DeepCopy()
@@ -302,12 +303,23 @@ func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy b
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 		if err := a.client.Update(ctx, l); err != nil { // resourceVersion-checked
+			a.leaseRefused(err, ip)
 			return false
 		}
 	}
 	a.cfg.Log.Info("Took over address", "address", ip.String(), "previousHolder", holder)
 	delete(a.freeSince, ip)
 	return true
+}
+
+// leaseRefused logs a failed take-over of ip's Lease unless another agent
+// simply won it (AlreadyExists, Conflict): an RBAC or API failure would
+// otherwise leave this node never taking addresses, with no word why.
+func (a *agent) leaseRefused(err error, ip netip.Addr) {
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		return
+	}
+	a.cfg.Log.Error(err, "Taking over the address's Lease", "address", ip.String())
 }
 
 // releaseUnwanted deletes the Leases this node holds for addresses no

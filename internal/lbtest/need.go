@@ -1,11 +1,10 @@
 package lbtest
 
 import (
-	"os"
 	"testing"
 
 	"github.com/converge-dev/converge/internal/lbdataplane"
-	"github.com/converge-dev/converge/internal/netns"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // NeedNetwork skips the test outside CI when it cannot make network
@@ -13,18 +12,8 @@ import (
 // since CI installs nftables and runs as root.
 func NeedNetwork(t testing.TB) {
 	t.Helper()
-	var why string
-	switch {
-	case !netns.IsRoot():
-		why = "needs root (network namespaces, nftables)"
-	case lbdataplane.Available() != nil:
-		why = lbdataplane.Available().Error()
+	testenv.NeedRoot(t, "load-balancer network test", "network namespaces, nftables")
+	if err := lbdataplane.Available(); err != nil {
+		testenv.NeedPeer(t, "load-balancer network test", err.Error())
 	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("load-balancer network test: %s", why)
-	}
-	t.Skipf("*** SKIPPING load-balancer network test: %s ***", why)
 }

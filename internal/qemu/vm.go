@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/converge-dev/converge/internal/netns"
 )
 
 // Boot devices.
@@ -277,11 +279,7 @@ func (h *Host) Start(ctx context.Context, s Spec) (int, error) {
 		args = append(args, "-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 quiet panic=-1")
 	}
 	args = append(args, netArgs...)
-	name, argv := bin, args
-	if h.Netns != "" {
-		name, argv = "ip", append([]string{"netns", "exec", h.Netns, bin}, args...)
-	}
-	cmd := exec.CommandContext(ctx, name, argv...)
+	cmd := netns.Command(ctx, h.Netns, bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// The daemon must not die with the manager: its own session.
@@ -432,13 +430,13 @@ func (h *Host) nics(ctx context.Context, s Spec) ([]string, error) {
 
 // ensureTap makes the namespace, the bridge and the tap if missing.
 func (h *Host) ensureTap(ctx context.Context, tap, bridge string) error {
-	if os.Geteuid() != 0 {
+	if !netns.IsRoot() {
 		return &NetworkError{Msg: ErrNotRoot.Error() + fmt.Sprintf(" (network namespace %s); run as root, or leave the network namespace unset for QEMU user-mode networking", h.Netns)}
 	}
 	if err := ipCmd(ctx, "netns", "list"); err != nil {
 		return &NetworkError{Msg: err.Error()}
 	}
-	if !fileExists(filepath.Join("/run/netns", h.Netns)) {
+	if !fileExists(filepath.Join(netns.Dir, h.Netns)) {
 		if err := ipCmd(ctx, "netns", "add", h.Netns); err != nil {
 			return &NetworkError{Msg: err.Error()}
 		}

@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/converge-dev/converge/internal/qemu"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 func console(h *qemu.Host, id string) string {
@@ -146,12 +147,7 @@ func TestImageOutsideStoreRefused(t *testing.T) {
 // printed on the console.
 func TestDHCPLeaseOnBridge(t *testing.T) {
 	need(t)
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI runs as root: bridges and taps need it")
-		}
-		t.Skip("bridges and taps need root")
-	}
+	testenv.NeedRoot(t, "QEMU bridge test", "bridges and taps")
 	t.Parallel()
 	g := NewWithT(t)
 	b := make([]byte, 3)

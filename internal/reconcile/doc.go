@@ -9,7 +9,9 @@
 //     condition another controller wrote in between survives;
 //   - finalizers added before side effects and removed last
 //     ([EnsureFinalizer], [RemoveFinalizer]), as optimistic-locked patches
-//     that never overwrite the caller's in-memory status.
+//     that never overwrite the caller's in-memory status;
+//   - watches on kinds known only at run time, started once per kind
+//     ([KindWatcher]: the provider kinds of an API contract).
 //
 // A reconcile reads its object, takes a patcher, and defers the patch:
 //

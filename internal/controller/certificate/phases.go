@@ -98,7 +98,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	}
 	switch {
 	case issuing != nil && issuing.Status == metav1.ConditionTrue && reason == "":
-		reason, msg = issuing.Reason, issuing.Message // manually triggered, or an issuance under way
+		reason = issuing.Reason // manually triggered, or an issuance under way
 	case issuing == nil || issuing.Status != metav1.ConditionTrue:
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, reason, "Issue", "Issuing certificate: %s", msg)
 	}
@@ -109,17 +109,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if s.secretValid {
 		setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, "Certificate is up to date and has not expired; a new one is being issued")
 	}
-	_ = msg
 	return r.issue(ctx, s)
 }
 
 // cutReason returns the first reason recorded in an Issuing message
 // ("<why>: <detail>"), or fallback.
 func cutReason(msg, fallback string) (why, detail string) {
-	for i := 0; i < len(msg); i++ {
-		if msg[i] == ':' {
-			return msg[:i], msg[i+1:]
-		}
+	if why, detail, ok := strings.Cut(msg, ":"); ok {
+		return why, detail
 	}
 	return fallback, msg
 }

@@ -11,7 +11,6 @@ package certificaterequest
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"time"
@@ -295,9 +294,5 @@ func (r *Reconciler) signACME(ctx context.Context, iss issuerref.Object, csrDER 
 	if err != nil {
 		return outcome{reason: pkiv1alpha1.FailedReason, message: "ACME: " + err.Error()}, nil
 	}
-	var out []byte
-	for _, d := range chain {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d})...)
-	}
-	return outcome{reason: pkiv1alpha1.IssuedReason, cert: out}, nil
+	return outcome{reason: pkiv1alpha1.IssuedReason, cert: pki.EncodeCert(chain...)}, nil
 }

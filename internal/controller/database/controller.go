@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -46,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
 )
 
@@ -159,11 +158,11 @@ type Reconciler struct {
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
 
-	ctrl      controller.Controller
 	apiReader client.Reader
 	mgr       ctrl.Manager
-	watchMu   sync.Mutex
-	watched   map[schema.GroupVersionKind]bool
+	// instances watches each instance kind (the built-in ones from the
+	// start, others once a Database refers to them).
+	instances *creconcile.KindWatcher
 	observers *observerHub
 }
 
@@ -173,7 +172,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	r.mgr = mgr
 	r.apiReader = mgr.GetAPIReader()
-	r.watched = map[schema.GroupVersionKind]bool{}
 	if r.Engines == nil {
 		r.Engines = &SQLEngines{}
 	}
@@ -209,13 +207,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	r.ctrl = c
-	// The built-in kinds are watched from the start; other kinds once a
-	// Database refers to them.
+	r.instances = creconcile.NewKindWatcher(c, mgr.GetCache(), r.databasesForInstance)
 	for _, gvk := range []schema.GroupVersionKind{
 		sqlv1alpha1.GroupVersion.WithKind("PostgresInstance"), sqlv1alpha1.GroupVersion.WithKind("MariaDBInstance"),
 	} {
-		if err := r.watchInstances(gvk); err != nil {
+		if err := r.instances.Watch(gvk); err != nil {
 			return err
 		}
 	}
@@ -250,23 +246,6 @@ func mapsEqual(a, b map[string]string) bool {
 func instanceKey(ref sqlv1alpha1.InstanceReference) string {
 	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
 	return gv.Group + "/" + ref.Kind + "/" + ref.Name
-}
-
-// watchInstances starts watching an instance kind (once), queueing the
-// Databases that refer to a changed instance.
-func (r *Reconciler) watchInstances(gvk schema.GroupVersionKind) error {
-	r.watchMu.Lock()
-	defer r.watchMu.Unlock()
-	if r.watched[gvk] {
-		return nil
-	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	if err := r.ctrl.Watch(source.Kind(r.mgr.GetCache(), client.Object(u), handler.EnqueueRequestsFromMapFunc(r.databasesForInstance))); err != nil {
-		return fmt.Errorf("watching %s: %w", gvk, err)
-	}
-	r.watched[gvk] = true
-	return nil
 }
 
 func (r *Reconciler) databasesForInstance(ctx context.Context, o client.Object) []reconcile.Request {

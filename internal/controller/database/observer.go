@@ -171,12 +171,13 @@ func (h *observerHub) observe(ctx context.Context, o *observer, logf func(string
 	gv, _ := schema.ParseGroupVersion(o.ref.APIVersion)
 	inst := &unstructured.Unstructured{}
 	inst.SetGroupVersionKind(gv.WithKind(o.ref.Kind))
-	// From the informer watchInstances started (not the API server).
+	// From the informer r.instances started (not the API server).
 	if err := h.r.mgr.GetCache().Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: o.ref.Name}, inst); apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 		return false
 	}
 	list := &sqlv1alpha1.DatabaseList{}
 	if err := h.r.List(ctx, list, client.InNamespace(o.namespace), client.MatchingFields{instanceIndex: instanceKey(o.ref)}); err != nil {
+		logf("Listing the instance's Databases failed; observing again next interval", "error", err.Error())
 		return true
 	}
 	if len(list.Items) == 0 {

@@ -91,7 +91,7 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 		return nil, ctrl.Result{}, reconcile.TerminalError(errors.New(s.message))
 	}
 	gvk := gv.WithKind(d.Spec.InstanceRef.Kind)
-	if err := r.watchInstances(gvk); err != nil {
+	if err := r.instances.Watch(gvk); err != nil {
 		s.fail(sqlv1alpha1.InstanceNotFoundReason, fmt.Sprintf("cannot watch %s (is the CRD installed, and may the manager list it?): %v", gvk, err), false)
 		return nil, ctrl.Result{RequeueAfter: instanceRetry}, nil
 	}

@@ -180,7 +180,10 @@ func (r *Reconciler) checkACME(ctx context.Context, iss issuerref.Object, ns str
 		if gerr != nil {
 			return false, pkiv1alpha1.ACMERegistrationFailedReason, gerr.Error(), gerr
 		}
-		pemKey, _ := pki.EncodeKey(k, pkiv1alpha1.PKCS8)
+		pemKey, eerr := pki.EncodeKey(k, pkiv1alpha1.PKCS8)
+		if eerr != nil {
+			return false, pkiv1alpha1.ACMERegistrationFailedReason, "encoding the account key: " + eerr.Error(), eerr
+		}
 		s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ref.Name, Labels: map[string]string{AccountKeyLabel: "true"}},
 			Data: map[string][]byte{keyName: pemKey}}
 		if cerr := r.Create(ctx, &s); cerr != nil {

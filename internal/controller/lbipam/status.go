@@ -44,13 +44,13 @@ func poolStatus(p lbipam.Pool) {
 	assigned, available := lbipam.Counts(p)
 	p.Obj.Status.Assigned, p.Obj.Status.Available = assigned, available
 	p.Obj.Status.ObservedGeneration = p.Obj.Generation
-	c := metav1.Condition{Type: lbv1alpha1.ReadyCondition, Status: metav1.ConditionTrue,
-		Reason: lbv1alpha1.AddressesAvailableReason, ObservedGeneration: p.Obj.Generation,
-		Message: fmt.Sprintf("%d of %d addresses free", available, int64(assigned)+available)}
 	if available <= 0 {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, lbv1alpha1.PoolExhaustedReason, fmt.Sprintf("all %d addresses are assigned", assigned)
+		reconcile.MarkFalse(&p.Obj.Status.Conditions, p.Obj.Generation, lbv1alpha1.ReadyCondition,
+			lbv1alpha1.PoolExhaustedReason, fmt.Sprintf("all %d addresses are assigned", assigned))
+		return
 	}
-	meta.SetStatusCondition(&p.Obj.Status.Conditions, c)
+	reconcile.MarkTrue(&p.Obj.Status.Conditions, p.Obj.Generation, lbv1alpha1.ReadyCondition,
+		lbv1alpha1.AddressesAvailableReason, fmt.Sprintf("%d of %d addresses free", available, int64(assigned)+available))
 }
 
 // setCondition sets LoadBalancerReady (and, when ingress is non-nil, the

@@ -3,11 +3,9 @@ package machine
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // ControllerName is the controller's name (for --controllers and metrics).
@@ -62,10 +61,9 @@ type Reconciler struct {
 	// MaxConcurrentReconciles; 8 when zero.
 	MaxConcurrentReconciles int
 
-	ctrl    controller.Controller
-	mgr     ctrl.Manager
-	watchMu sync.Mutex
-	watched map[schema.GroupVersionKind]bool
+	// providers watches each provider kind once a Machine refers to it, so
+	// that the controller never needs to know the providers in advance.
+	providers *creconcile.KindWatcher
 }
 
 // +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch;patch;update
@@ -82,8 +80,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
-	r.mgr = mgr
-	r.watched = map[schema.GroupVersionKind]bool{}
 	if r.DrainTimeout == 0 {
 		r.DrainTimeout = DefaultDrainTimeout
 	}
@@ -127,30 +123,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	r.ctrl = c
+	r.providers = creconcile.NewKindWatcher(c, mgr.GetCache(), r.machinesForInfrastructure)
 	// Machines sharing a MAC are re-checked when one of them changes.
 	if err := c.Watch(source.Kind(mgr.GetCache(), client.Object(&machinev1alpha1.Machine{}),
 		handler.EnqueueRequestsFromMapFunc(r.machinesSharingMACs))); err != nil {
 		return fmt.Errorf("watching Machines for MAC conflicts: %w", err)
 	}
-	return nil
-}
-
-// watchInfrastructure starts watching a provider kind the first time a
-// Machine references it, so that the controller never needs to know the
-// providers in advance.
-func (r *Reconciler) watchInfrastructure(gvk schema.GroupVersionKind) error {
-	r.watchMu.Lock()
-	defer r.watchMu.Unlock()
-	if r.watched[gvk] {
-		return nil
-	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	if err := r.ctrl.Watch(source.Kind(r.mgr.GetCache(), client.Object(u), handler.EnqueueRequestsFromMapFunc(r.machinesForInfrastructure))); err != nil {
-		return fmt.Errorf("watching %s: %w", gvk, err)
-	}
-	r.watched[gvk] = true
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -188,7 +189,7 @@ func (r *Reconciler) deleteInfrastructure(ctx context.Context, s *scope) (bool, 
 		return true, nil
 	}
 	if s.infra.GetDeletionTimestamp().IsZero() {
-		if err := r.Delete(ctx, s.infra, client.Preconditions{UID: ptr(s.infra.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.Delete(ctx, s.infra, client.Preconditions{UID: ptr.To(s.infra.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("deleting %s %s: %w", s.infra.GetKind(), s.infra.GetName(), err)
 		}
 	}
@@ -203,10 +204,8 @@ func (r *Reconciler) deleteNode(ctx context.Context, s *scope) error {
 	if err != nil || node == nil {
 		return err
 	}
-	if err := r.Delete(ctx, node, client.Preconditions{UID: ptr(node.UID)}); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Delete(ctx, node, client.Preconditions{UID: ptr.To(node.UID)}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Node %s: %w", node.Name, err)
 	}
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }

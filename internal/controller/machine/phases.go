@@ -118,7 +118,7 @@ func (r *Reconciler) getInfrastructure(ctx context.Context, s *scope) error {
 		}
 		return fmt.Errorf("looking up %s: %w", gvk, err)
 	}
-	if err := r.watchInfrastructure(gvk); err != nil {
+	if err := r.providers.Watch(gvk); err != nil {
 		return err
 	}
 	u := &unstructured.Unstructured{}

@@ -224,12 +224,7 @@ func TestStartFailures(t *testing.T) {
 // squats the bridge's name in the namespace, so the tap cannot join it.
 func TestNetworkUnavailable(t *testing.T) {
 	testenv.Need(t, env)
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI runs as root: bridges and taps need it")
-		}
-		t.Skip("needs root")
-	}
+	testenv.NeedRoot(t, "QemuMachine network test", "bridges and taps")
 	ns := env.NewNamespace(t)
 	g := NewWithT(t)
 	netns := "cvqm-" + ns[len(ns)-6:]
