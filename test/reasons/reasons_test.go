@@ -33,19 +33,7 @@ import (
 // fails when one of them becomes asserted, so that the entry is removed.
 // Keep it short: every entry is a failure a user can meet without a test
 // proving it.
-var unasserted = map[string]string{
-	"api/backup/v1alpha1.DumpingReason": "transient: shown while pg_dump/mariadb-dump runs; a test needs a dump slow enough to observe " +
-		"(not done: issue 19)",
-	"api/gitops/v1alpha1.InvalidSpecReason": "needs a spec written with the webhook off (objects stored before a rule existed); " +
-		"testenv has no webhook bypass yet (issue 19)",
-	"api/sql/v1alpha1.DroppingReason": "transient during the drop, or a drop that fails after the target resolved; " +
-		"no test makes DROP fail for real yet (issue 19)",
-	"api/sql/v1alpha1.LoginFailedReason": "the owner cannot log in even after its password was reset: needs a server-side refusal " +
-		"(for example CONNECTION LIMIT 0) tested on both engines (issue 19)",
-	"api/sql/v1alpha1.ProvisionFailedReason": "a statement the server refuses (an admin without CREATEDB/CREATEROLE); " +
-		"the previous session's TestStatementRefusedIsProvisionFailed is not rebuilt yet (issue 19)",
-	"api/sql/v1alpha1.ProvisioningReason": "the default Ready=False reason before the first success; transient (issue 19)",
-}
+var unasserted = map[string]string{}
 
 // reason is one declared constant.
 type reason struct {

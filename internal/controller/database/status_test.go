@@ -51,6 +51,20 @@ func TestComputeStatus(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition).Reason).To(Equal(sqlv1alpha1.InstanceNotReadyReason))
 		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.StalledCondition)).To(BeNil())
 	})
+	t.Run("nothing failed and nothing available yet is Provisioning", func(t *testing.T) {
+		g := NewWithT(t)
+		d := &sqlv1alpha1.Database{}
+		d.Generation = 3
+		computeStatus(newScope(d, now))
+		for _, typ := range []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCondition} {
+			c := meta.FindStatusCondition(d.Status.Conditions, typ)
+			g.Expect(c).NotTo(BeNil(), typ)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(sqlv1alpha1.ProvisioningReason))
+			g.Expect(c.ObservedGeneration).To(Equal(int64(3)))
+		}
+		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.StalledCondition)).To(BeNil())
+	})
 	t.Run("deleting", func(t *testing.T) {
 		g := NewWithT(t)
 		d := &sqlv1alpha1.Database{}

@@ -1,12 +1,18 @@
 package render
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 func write(t *testing.T, root string, files map[string]string) {
@@ -116,6 +122,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: List\nitems: []\n"))
 	f.Add([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}`))
 	f.Add([]byte("--- # c\n: [\n"))
+	f.Add([]byte("apiVersion: v1\nkind: ConfigMapList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: x, labels: {a: \"1\"}}\n  data: {k: 0x10}\n"))
+	f.Add([]byte("# only a comment\n---\n\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  a: 'yes'\n  b: 1e3\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := Decode("f.yaml", data)
 		if err != nil {
@@ -126,5 +134,63 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("decoded an object without kind, apiVersion or name: %v", o.Object)
 			}
 		}
+		// Whatever Decode accepts, kubectl's decoder (apimachinery's
+		// YAML-or-JSON stream decoder) reads as the same objects, in the
+		// same order, with every value equal: what is applied is what the
+		// file says to anyone else reading it.
+		want, ok := apimachineryDecode(data)
+		if !ok {
+			return // a separator line with a trailing comment: see apimachineryDecode
+		}
+		if len(want) != len(objs) {
+			t.Fatalf("Decode read %d objects, apimachinery %d, from %q", len(objs), len(want), data)
+		}
+		for i := range objs {
+			// Compared as canonical JSON (sorted keys): Decode keeps integers
+			// as int64, apimachinery's map decoding as float64.
+			got, err1 := json.Marshal(objs[i].Object)
+			exp, err2 := json.Marshal(want[i])
+			if err1 != nil || err2 != nil || !bytes.Equal(got, exp) {
+				t.Fatalf("object %d differs from apimachinery's reading of %q:\nDecode:       %s\napimachinery: %s", i, data, got, exp)
+			}
+		}
 	})
+}
+
+// apimachineryDecode reads every document as kubectl does and expands Lists;
+// ok is false for input the two split differently by design: Decode also
+// takes "--- # comment" as a document separator (YAML allows it),
+// apimachinery's reader only a bare "---".
+func apimachineryDecode(data []byte) (objs []map[string]any, ok bool) {
+	for _, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimRight(l, "\r")
+		if strings.HasPrefix(l, "---") && strings.TrimSpace(l[3:]) != "" {
+			return nil, false
+		}
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if err == io.EOF {
+				return objs, true
+			}
+			return nil, false
+		}
+		if m == nil {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.IsList() {
+			l, err := u.ToList()
+			if err != nil {
+				return nil, false
+			}
+			for _, it := range l.Items {
+				objs = append(objs, it.Object)
+			}
+			continue
+		}
+		objs = append(objs, m)
+	}
 }
