@@ -147,8 +147,16 @@ func OpenDB(c Config) (*sql.DB, error) {
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxIdleTime(5 * time.Minute)
+	// MariaDB applies a change of global privileges to new sessions only:
+	// a pool that kept its connections forever would keep refusing after
+	// the admin was granted what it lacked (or keep rights revoked from it).
+	db.SetConnMaxLifetime(ConnMaxLifetime)
 	return db, nil
 }
+
+// ConnMaxLifetime bounds how long a pooled connection is reused, so that
+// privilege changes on the server are picked up within it.
+const ConnMaxLifetime = 30 * time.Second
 
 // Pools keeps one pool per server and credentials, so reconciles reuse
 // connections. The zero value is ready to use.
@@ -234,6 +242,26 @@ func IsAuthError(err error) bool {
 		// 1045 access denied, 1044 access denied to database, 1698 access
 		// denied (no password for a socket-auth user), 4151 account locked.
 		return me.Number == 1045 || me.Number == 1044 || me.Number == 1698 || me.Number == 4151
+	}
+	return false
+}
+
+// IsPermissionDenied reports whether the server refused a statement because
+// the connected user lacks a privilege (PostgreSQL 42501
+// insufficient_privilege; MariaDB 1142 table, 1143 column, 1044 database,
+// 1227 global privilege, 1410 GRANT not allowed), as opposed to the server
+// being unreachable.
+func IsPermissionDenied(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "42501"
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1044, 1142, 1143, 1227, 1410:
+			return true
+		}
 	}
 	return false
 }

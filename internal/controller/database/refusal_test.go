@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -127,8 +128,14 @@ func TestStatementRefusedIsProvisionFailed(t *testing.T) {
 			g.Expect(roleExists(t, e.srv, d.Spec.Owner)).To(BeFalse(), "a refused provisioning leaves nothing half-made")
 
 			e.srv.Exec(t, "", grant...)
-			requestReconcile(t, d)
-			waitReady(t, d)
+			// MariaDB applies global grants to new sessions: the pool
+			// reconnects within sqlengine.ConnMaxLifetime, then the retry
+			// (backoff, or this nudge) finishes the Database.
+			testenv.Eventually(g, func(g Gomega) {
+				requestReconcile(t, d)
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
+				g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue())
+			}).WithTimeout(sqlengine.ConnMaxLifetime + 30*time.Second).WithPolling(5 * time.Second).Should(Succeed())
 			g.Expect(dbExists(t, e.srv, d.Spec.DatabaseName)).To(BeTrue())
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/sqlengine"
 )
 
 // scope holds what one reconcile observed and did.
@@ -48,6 +49,11 @@ func (s *scope) fail(reason, message string, stalled bool) {
 }
 
 func (s *scope) unavailable(err error) (ctrl.Result, error) {
+	if sqlengine.IsPermissionDenied(err) {
+		// The server answered: it is the admin's rights, not the instance,
+		// that need a person.
+		return s.provisionFailed(fmt.Errorf("the instance's admin user lacks a privilege: %w", err))
+	}
 	s.fail(sqlv1alpha1.InstanceUnavailableReason, err.Error(), false)
 	return ctrl.Result{}, err
 }
