@@ -29,7 +29,8 @@ func TestStoredInvalidSpecIsStalled(t *testing.T) {
 
 	s := newSync(ns, "escape", "app", "../../outside", true)
 	s.Labels = skip
-	repo := gitRepository(ns, "bad-url", "ftp://example.invalid/repo.git")
+	repo := gitRepository(ns, "two-refs", "file:///nonexistent/repo.git")
+	repo.Spec.Ref = &gitopsv1alpha1.GitRepositoryRef{Branch: "main", Tag: "v1"}
 	repo.Labels = skip
 	// The API server reloads webhook configurations asynchronously.
 	testenv.Eventually(g, func(g Gomega) {
@@ -52,7 +53,7 @@ func TestStoredInvalidSpecIsStalled(t *testing.T) {
 	}
 	got := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escape"}}
 	stalled(got, func() []metav1.Condition { return got.Status.Conditions }, "spec.path")
-	stalled(repo, func() []metav1.Condition { return repo.Status.Conditions }, "spec.url")
+	stalled(repo, func() []metav1.Condition { return repo.Status.Conditions }, "spec.ref")
 	g.Consistently(func() error {
 		_, err := getCM(t, ns, "a")
 		return err
