@@ -14,7 +14,7 @@ import (
 	"github.com/converge-dev/converge/internal/install"
 )
 
-// NoValidationLabel, set on an object, makes Converge's validating webhooks
+// NoValidationLabel is a label that, set on an object, makes Converge's validating webhooks
 // skip it once a test has called SkipValidationForLabelled. It stands for
 // objects stored before a validation rule existed (or written while the
 // webhook was down): the controllers must still refuse them, with a status.

@@ -172,7 +172,7 @@ func apimachineryDecode(data []byte) (objs []map[string]any, ok bool) {
 	for {
 		var m map[string]any
 		if err := dec.Decode(&m); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return objs, true
 			}
 			return nil, false
