@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/converge-dev/converge/internal/controller/cainjector"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/render"
@@ -108,6 +109,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 func addPKIFlags(f *pflag.FlagSet, o *setup.Options, http01 string) {
 	f.StringVar(&o.PKI.ClusterResourceNamespace, "cluster-resource-namespace", o.PKI.ClusterResourceNamespace, "namespace of the Secrets (CA, ACME account key) of ClusterIssuers")
 	f.BoolVar(&o.PKI.OwnSecrets, "certificate-owns-secret", false, "make every Certificate own its Secret, so that deleting the Certificate deletes the Secret (spec.ownSecret overrides)")
+	f.DurationVar(&o.PKI.CAInjectionOverlap, "ca-injection-overlap", cainjector.DefaultOverlap, "after a CA rotation, keep trusting the previous CA in bundles injected with pki.converge.dev/inject-ca-from for this long (negative: not at all)")
 	f.StringVar(&o.PKI.ACMEHTTP01BindAddress, "acme-http01-bind-address", http01, "address answering ACME HTTP-01 challenges (route port 80 of the names here); '0' disables")
 }
 

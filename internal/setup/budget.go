@@ -17,6 +17,7 @@ import (
 
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/cainjector"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
@@ -98,6 +99,9 @@ var defaultBudgets = map[string]Budget{
 	certificaterequest.ControllerName:  {QPS: 50, Burst: 100},
 	issuer.IssuerControllerName:        {QPS: 10, Burst: 20},
 	issuer.ClusterIssuerControllerName: {QPS: 10, Burst: 20},
+	// cainjector: an uncached GET and a patch per injected object and CA
+	// change; there are few such objects. 10 / 20.
+	cainjector.ControllerName: {QPS: 10, Burst: 20},
 	// loadbalancer-ipam: one status patch (and one Event) per Service that
 	// gets or changes an address; MetalLB's controller runs on
 	// controller-runtime's 20 / 30.

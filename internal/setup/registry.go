@@ -8,6 +8,7 @@ import (
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/cainjector"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
@@ -113,6 +114,9 @@ var controllers = []controller{
 	}},
 	{name: certificate.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase}).SetupWithManager(mgr)
+	}},
+	{name: cainjector.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&cainjector.Reconciler{Overlap: o.PKI.CAInjectionOverlap}).SetupWithManager(mgr)
 	}},
 }
 

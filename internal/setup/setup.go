@@ -201,6 +201,10 @@ type PKIOptions struct {
 	// BackoffBase is the wait after a first failed issuance (doubling, at
 	// most 32h); 1h when zero.
 	BackoffBase time.Duration
+	// CAInjectionOverlap is how long the cainjector keeps the previous CA
+	// in an injected bundle after a rotation; 1h when zero, none when
+	// negative.
+	CAInjectionOverlap time.Duration
 	// Solver holds the HTTP-01 answers; made by New when nil.
 	Solver *acme.Solver
 }
