@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -264,6 +266,32 @@ func TestExternalIssuerAndBackoff(t *testing.T) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
 		g.Expect(ptr.Deref(c.Status.FailedIssuanceAttempts, 0)).To(BeEquivalentTo(1), "a failed request is counted once")
 	}).WithTimeout(3 * time.Second).Should(Succeed())
+
+	// An edit that changes no request (the Secret's labels) keeps the
+	// backoff; one that does (a new name) ends it at once.
+	base := c.DeepCopy()
+	c.Spec.SecretTemplate = &pkiv1alpha1.SecretTemplate{Labels: map[string]string{"team": "a"}}
+	g.Expect(env.Client.Patch(t.Context(), c, client.MergeFrom(base))).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		g.Expect(ptr.Deref(c.Status.FailedIssuanceAttempts, 0)).To(BeEquivalentTo(1), "still backing off")
+	}).WithTimeout(2 * time.Second).Should(Succeed())
+	base = c.DeepCopy()
+	c.Spec.DNSNames = append(c.Spec.DNSNames, "ext2.example.com")
+	g.Expect(env.Client.Patch(t.Context(), c, client.MergeFrom(base))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		var crs pkiv1alpha1.CertificateRequestList
+		g.Expect(env.Client.List(t.Context(), &crs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(crs.Items).To(HaveLen(1))
+		csr, err := pki.ParseCSR(crs.Items[0].Spec.Request)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(csr.DNSNames).To(ContainElement("ext2.example.com"), "a request for the new spec, long before the hour is up")
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		g.Expect(c.Status.FailedIssuanceAttempts).To(BeNil())
+	}).Should(Succeed())
+	var evs eventsv1.EventList
+	g.Expect(env.Client.List(t.Context(), &evs, client.InNamespace(ns))).To(Succeed())
+	g.Expect(evs.Items).To(ContainElement(HaveField("Reason", certificate.BackoffResetReason)))
 }
 
 // TestExternalIssuerSigns: the contract's happy path: the test signs the

@@ -142,6 +142,20 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cert
 	n := ptr.Deref(c.Status.FailedIssuanceAttempts, 0)
 	if n > 0 && c.Status.LastFailureTime != nil {
+		if older, err := r.failedForOlderSpec(ctx, c, n); err != nil {
+			return ctrl.Result{}, err
+		} else if older {
+			// The failure was for a request this spec would not make (new
+			// names, issuer, key, duration ...): try the new one now, as
+			// cert-manager does. Edits that change no request (labels,
+			// secretTemplate) keep the backoff.
+			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, BackoffResetReason, "Issue",
+				"The spec changed since the last failed attempt (%d): retrying now", n)
+			c.Status.FailedIssuanceAttempts, c.Status.LastFailureTime, c.Status.NextRetryTime = nil, nil, nil
+			n = 0
+		}
+	}
+	if n > 0 && c.Status.LastFailureTime != nil {
 		next := c.Status.LastFailureTime.Add(backoff(n, r.BackoffBase, r.BackoffMax))
 		c.Status.NextRetryTime = ptr.To(metav1.NewTime(next))
 		if s.now.Before(next) {
@@ -254,6 +268,24 @@ func requestFailed(cr *pkiv1alpha1.CertificateRequest) (bool, string) {
 		return true, ready.Message
 	}
 	return false, ""
+}
+
+// BackoffResetReason is the Event reason when a spec change ends a backoff.
+const BackoffResetReason = "BackoffReset"
+
+// failedForOlderSpec reports whether the request whose failure started the
+// current backoff (the one before attempt n) was made for another request
+// spec than the Certificate's current one.
+func (r *Reconciler) failedForOlderSpec(ctx context.Context, c *pkiv1alpha1.Certificate, n int32) (bool, error) {
+	rev := ptr.Deref(c.Status.Revision, 0) + 1
+	var cr pkiv1alpha1.CertificateRequest
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: requestName(c.Name, rev, n-1)}, &cr); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading the last failed CertificateRequest: %w", err)
+	}
+	return metav1.IsControlledBy(&cr, c) && cr.Annotations[SpecHashAnnotation] != pki.SpecHash(&c.Spec), nil
 }
 
 // recordFailure counts a failed request once: the next attempt has another
