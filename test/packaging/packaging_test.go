@@ -36,6 +36,7 @@ const (
 	namespace          = "converge-system"
 	webhookService     = "converge-webhook-service"
 	receiverService    = "converge-receiver"
+	acmeService        = "converge-acme-http01"
 	webhookCertSecret  = "converge-webhook-cert"
 	managerClusterRole = "converge-manager-role"
 	fieldManager       = "packaging-test"
@@ -77,6 +78,7 @@ func TestRenderingsAreSafe(t *testing.T) {
 			checkDeployment(g, r.objs)
 			checkTmp(g, r.objs, "256Mi")
 			checkReceiver(g, r.objs)
+			checkACMEHTTP01(g, r.objs)
 		})
 	}
 }
@@ -216,7 +218,7 @@ func TestHelmValues(t *testing.T) {
 		g := NewWithT(t)
 		objs := template(t, "converge", namespace, "metrics.enabled=false")
 		g.Expect(managerArgs(g, objs)).To(ContainElement("--metrics-bind-address=0"))
-		g.Expect(names(ofKind(objs, "Service"))).To(ConsistOf(webhookService, receiverService))
+		g.Expect(names(ofKind(objs, "Service"))).To(ConsistOf(webhookService, receiverService, acmeService))
 	})
 
 	t.Run("receiver disabled", func(t *testing.T) {
@@ -226,6 +228,16 @@ func TestHelmValues(t *testing.T) {
 		g.Expect(names(ofKind(objs, "Service"))).NotTo(ContainElement(receiverService))
 		for _, p := range deployment(g, objs).Spec.Template.Spec.Containers[0].Ports {
 			g.Expect(p.Name).NotTo(Equal("receiver"))
+		}
+	})
+
+	t.Run("acme http01 disabled", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := template(t, "converge", namespace, "acmeHTTP01.enabled=false")
+		g.Expect(managerArgs(g, objs)).To(ContainElement("--acme-http01-bind-address=0"))
+		g.Expect(names(ofKind(objs, "Service"))).NotTo(ContainElement(acmeService))
+		for _, p := range deployment(g, objs).Spec.Template.Spec.Containers[0].Ports {
+			g.Expect(p.Name).NotTo(Equal("acme-http01"))
 		}
 	})
 
@@ -289,6 +301,28 @@ func checkReceiver(g Gomega, objs []*unstructured.Unstructured) {
 		}
 	}
 	g.Expect(found).To(BeTrue(), "a Service targets the receiver port")
+}
+
+// checkACMEHTTP01: ACME HTTP-01 answers have their own port, named
+// acme-http01, and a Service on port 80 in front of it (what a CA connects
+// to, through the user's Ingress or LoadBalancer).
+func checkACMEHTTP01(g Gomega, objs []*unstructured.Unstructured) {
+	c := deployment(g, objs).Spec.Template.Spec.Containers[0]
+	g.Expect(c.Args).To(ContainElement("--acme-http01-bind-address=:8089"))
+	g.Expect(c.Ports).To(ContainElement(corev1.ContainerPort{Name: "acme-http01", ContainerPort: 8089, Protocol: corev1.ProtocolTCP}))
+	var found bool
+	for _, o := range ofKind(objs, "Service") {
+		svc := &corev1.Service{}
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, svc)).To(Succeed())
+		for _, p := range svc.Spec.Ports {
+			if p.TargetPort == intstr.FromString("acme-http01") {
+				g.Expect(svc.Name).To(Equal(acmeService))
+				g.Expect(p.Port).To(Equal(int32(80)))
+				found = true
+			}
+		}
+	}
+	g.Expect(found).To(BeTrue(), "a Service targets the acme-http01 port")
 }
 
 // checkNamespaces: every namespaced object is in converge-system, so that
