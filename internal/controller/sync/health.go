@@ -174,6 +174,14 @@ func health(u *unstructured.Unstructured, checks map[schema.GroupVersionKind]hea
 		if phase != "Succeeded" && cond("Ready") != "True" {
 			return false, false, "the Pod is not Ready"
 		}
+	case "Service":
+		// kstatus's rule: a LoadBalancer Service is in progress until it
+		// has an address.
+		if t, _, _ := unstructured.NestedString(obj, "spec", "type"); t == "LoadBalancer" {
+			if ing, _, _ := unstructured.NestedSlice(obj, "status", "loadBalancer", "ingress"); len(ing) == 0 {
+				return false, false, "waiting for a load-balancer address"
+			}
+		}
 	case "PersistentVolumeClaim":
 		if phase, _, _ := unstructured.NestedString(obj, "status", "phase"); phase != "Bound" {
 			return false, false, "the claim is not Bound"
