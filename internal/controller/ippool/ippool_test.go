@@ -279,3 +279,30 @@ func TestTwoHundredRacingNeverShare(t *testing.T) {
 	}
 	_ = strings.TrimSpace
 }
+
+// Bad pools are refused at admission naming the field; a pool overlapping
+// another pool of the same network is refused even from another namespace,
+// while a pool of another network may reuse the subnet.
+func TestAdmissionRefusesBadPools(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns, other := env.NewNamespace(t), env.NewNamespace(t)
+	for field, mut := range map[string]func(p *dhcpv1alpha1.IPPool){
+		"spec.ipv4Config.pool.start": func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.Pool.Start = "10.99.0.10" },
+		"spec.ipv4Config.serverIP":   func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.ServerIP = "10.25.0.15" },
+		"spec.ipv4Config.router":     func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.Router = "10.99.0.1" },
+		"spec.ipv4Config.dns":        func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.DNS = []string{"10.25.0.1", "10.25.0.3", "10.25.0.4", "10.25.0.5"} },
+	} {
+		p := newPool(ns, "bad", "adm", "10.25.0.0/24", "10.25.0.10", "10.25.0.20")
+		mut(p)
+		err := env.Client.Create(ctx, p)
+		g.Expect(err).To(HaveOccurred(), field)
+		g.Expect(err.Error()).To(ContainSubstring(field))
+	}
+	g.Expect(env.Client.Create(ctx, newPool(ns, "a", "adm", "10.25.0.0/24", "10.25.0.10", "10.25.0.20"))).To(Succeed())
+	err := env.Client.Create(ctx, newPool(other, "b", "adm", "10.25.0.0/25", "10.25.0.30", "10.25.0.40"))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(And(ContainSubstring("spec.ipv4Config.cidr"), ContainSubstring(ns+"/a")))
+	g.Expect(env.Client.Create(ctx, newPool(other, "c", "adm2", "10.25.0.0/24", "10.25.0.10", "10.25.0.20"))).To(Succeed())
+}
