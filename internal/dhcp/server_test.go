@@ -14,6 +14,7 @@ import (
 
 	"github.com/converge-dev/converge/internal/dhcp"
 	"github.com/converge-dev/converge/internal/dhcp/dhcptest"
+	"github.com/converge-dev/converge/internal/netns"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -189,7 +190,7 @@ func serve(t *testing.T, tb *dhcp.Table) (*dhcptest.Net, *dhcp.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	s := &dhcp.Server{Interface: n.Bridge, Netns: n.Netns}
+	s := &dhcp.Server{Interface: n.Bridge, Netns: n.Netns, Observe: func(typ string, d time.Duration) { t.Logf("served %s in %s", typ, d) }}
 	s.SetTable(tb)
 	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -238,9 +239,12 @@ func TestUdhcpc(t *testing.T) {
 	o2 := *o
 	o2.Router = netip.MustParseAddr("10.66.0.254")
 	s.SetTable(table(&o2))
-	ev, _, err = c.WaitEvent(ctx, seen, 15*time.Second, "renew")
+	ev, _, err = c.WaitEvent(ctx, seen, 25*time.Second, "renew")
 	if err != nil {
-		t.Fatal(err)
+		a, _ := netns.Run(ctx, ns, "ip", "addr", "show", "eth0")
+		b, _ := netns.Run(ctx, n.Netns, "ip", "neigh")
+		r, _ := netns.Run(ctx, ns, "ip", "route")
+		t.Fatalf("%v\n%s\n%s\n%s", err, a, b, r)
 	}
 	wantVars(t, ev.Vars, map[string]string{"ip": "10.66.0.100", "router": "10.66.0.254"})
 
@@ -297,7 +301,7 @@ func TestDhclient(t *testing.T) {
 	for _, want := range []string{
 		"fixed-address 10.66.0.100;", "option subnet-mask 255.255.255.0;", "option routers 10.66.0.1;",
 		"option domain-name-servers 10.66.0.53,10.66.0.54;", `option domain-name "lab.example";`,
-		`option domain-search "lab.example.","example.";`, "option ntp-servers 10.66.0.123;",
+		`option domain-search "lab.example.", "example.";`, "option ntp-servers 10.66.0.123;",
 		"option dhcp-lease-time 10;", "option dhcp-server-identifier 10.66.0.2;", `option host-name "vm-a";`,
 	} {
 		if !strings.Contains(lease, want) {

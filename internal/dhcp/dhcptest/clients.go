@@ -38,6 +38,8 @@ type Client struct {
 // udhcpcScript records each call and applies the address, so renewals go
 // out from the leased address as on a real machine.
 const udhcpcScript = `#!/bin/sh
+EVENTS=@EVENTS@
+exec 2>>"$EVENTS.trace"
 {
   echo "reason=$1"
   for v in ip subnet mask router dns domain search ntpsrv lease serverid hostname; do
@@ -47,7 +49,7 @@ const udhcpcScript = `#!/bin/sh
   echo "--"
 } >> "$EVENTS"
 case "$1" in
-  bound|renew) ip -4 addr flush dev "$interface"; ip addr add "$ip/$mask" dev "$interface" ;;
+  bound|renew) ip addr replace "$ip/$mask" dev "$interface" ;;
   deconfig) ip -4 addr flush dev "$interface" ;;
 esac
 exit 0
@@ -56,6 +58,7 @@ exit 0
 // dhclientScript is the same for dhclient; it never touches resolv.conf
 // (the namespace shares the host's /etc).
 const dhclientScript = `#!/bin/sh
+EVENTS=@EVENTS@
 {
   echo "reason=$reason"
   for v in new_ip_address new_subnet_mask new_routers new_domain_name_servers new_domain_name new_domain_search new_ntp_servers new_dhcp_lease_time new_host_name new_dhcp_server_identifier; do
@@ -65,7 +68,7 @@ const dhclientScript = `#!/bin/sh
   echo "--"
 } >> "$EVENTS"
 case "$reason" in
-  BOUND|RENEW|REBIND|REBOOT) ip -4 addr flush dev "$interface"; ip addr add "$new_ip_address/$new_subnet_mask" dev "$interface" ;;
+  BOUND|RENEW|REBIND|REBOOT) ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface" ;;
   EXPIRE|FAIL|RELEASE|STOP) ip -4 addr flush dev "$interface" ;;
 esac
 exit 0
@@ -85,10 +88,10 @@ func Udhcpc(ctx context.Context, ns, dir string) (*Client, error) {
 		return nil, err
 	}
 	script := filepath.Join(dir, "udhcpc.sh")
-	if err := os.WriteFile(script, []byte(udhcpcScript), 0o700); err != nil { //nolint:gosec // an executable script
+	events := filepath.Join(dir, "udhcpc.events")
+	if err := os.WriteFile(script, []byte(strings.ReplaceAll(udhcpcScript, "@EVENTS@", events)), 0o700); err != nil { //nolint:gosec // an executable script
 		return nil, err
 	}
-	events := filepath.Join(dir, "udhcpc.events")
 	// -f foreground, -t/-T retry quickly, -A 1 retry a failed lease after
 	// 1 s, -R release on exit, -O the options beyond udhcpc's defaults.
 	return start(ctx, ns, events, "", bin, "-f", "-i", "eth0", "-s", script, "-t", "20", "-T", "1", "-A", "1", "-R",
@@ -105,20 +108,19 @@ func Dhclient(ctx context.Context, ns, dir string) (*Client, error) {
 	script := filepath.Join(dir, "dhclient.sh")
 	conf := filepath.Join(dir, "dhclient.conf")
 	leases := filepath.Join(dir, "dhclient.leases")
-	if err := os.WriteFile(script, []byte(dhclientScript), 0o700); err != nil { //nolint:gosec // an executable script
+	events := filepath.Join(dir, "dhclient.events")
+	if err := os.WriteFile(script, []byte(strings.ReplaceAll(dhclientScript, "@EVENTS@", events)), 0o700); err != nil { //nolint:gosec // an executable script
 		return nil, err
 	}
 	if err := os.WriteFile(conf, []byte(dhclientConf), 0o600); err != nil {
 		return nil, err
 	}
-	events := filepath.Join(dir, "dhclient.events")
 	return start(ctx, ns, events, leases, bin, "-4", "-d", "-v", "-cf", conf, "-sf", script, "-lf", leases,
 		"-pf", filepath.Join(dir, "dhclient.pid"), "eth0")
 }
 
 func start(ctx context.Context, ns, events, leases, bin string, args ...string) (*Client, error) {
 	cmd := netns.Command(ctx, ns, bin, args...)
-	cmd.Env = append(os.Environ(), "EVENTS="+events)
 	log, err := os.Create(events + ".log")
 	if err != nil {
 		return nil, err
@@ -159,10 +161,11 @@ func (c *Client) Stop() {
 	})
 }
 
-// Log is the client's own output.
+// Log is the client's own output (and its script's trace).
 func (c *Client) Log() string {
 	b, _ := os.ReadFile(c.events + ".log")
-	return string(b)
+	tr, _ := os.ReadFile(c.events + ".trace")
+	return string(b) + string(tr)
 }
 
 // Events parses what the script recorded so far.
