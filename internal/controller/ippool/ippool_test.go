@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,7 +242,7 @@ func TestTwoHundredRacingNeverShare(t *testing.T) {
 	time.Sleep(time.Second)
 	g.Expect(stop()).To(Succeed())
 	second()
-	Eventually(func(g Gomega) {
+	g.Eventually(func(g Gomega) {
 		var list dhcpv1alpha1.MachineNetworkConfigList
 		g.Expect(env.Client.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 		ready := 0
@@ -277,7 +276,6 @@ func TestTwoHundredRacingNeverShare(t *testing.T) {
 	if testing.Verbose() {
 		t.Logf("200 allocations, first %s, last %s", p.Status.IPv4.Allocated[0].IP, p.Status.IPv4.Allocated[n-1].IP)
 	}
-	_ = strings.TrimSpace
 }
 
 // Bad pools are refused at admission naming the field; a pool overlapping
