@@ -66,7 +66,7 @@ func macN(i int) net.HardwareAddr {
 }
 
 func run(n, conc int, skipKea bool) error {
-	ctx := context.Background() //nolint:forbidigo // a command's root context
+	ctx := context.Background()
 	if n > 60000 {
 		return errors.New("-n at most 60000")
 	}
@@ -114,10 +114,10 @@ func print(name string, r result) {
 }
 
 type result struct {
-	n             int
-	total         time.Duration
-	rate          float64
-	p50, p99      time.Duration
+	n        int
+	total    time.Duration
+	rate     float64
+	p50, p99 time.Duration
 }
 
 // measure builds a fresh bridge, starts the server with start, and runs the

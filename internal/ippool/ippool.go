@@ -7,6 +7,7 @@
 package ippool
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -152,7 +153,7 @@ func checkDomain(d string) error {
 			return fmt.Errorf("not a DNS name")
 		}
 		for _, r := range l {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' {
 				return fmt.Errorf("not a DNS name")
 			}
 		}
@@ -164,7 +165,9 @@ func broadcast(p netip.Prefix) netip.Addr {
 	b := p.Masked().Addr().As4()
 	host := uint32(1)<<(32-p.Bits()) - 1
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	var out [4]byte
+	binary.BigEndian.PutUint32(out[:], v)
+	return netip.AddrFrom4(out)
 }
 
 // Overlaps reports whether two parsed pools share an address of their

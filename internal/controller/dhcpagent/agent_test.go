@@ -37,11 +37,11 @@ func pool(ns, name, network, prefix string, lease int32) *dhcpv1alpha1.IPPool {
 func config(ns, name, network, mac string) *dhcpv1alpha1.MachineNetworkConfig {
 	return &dhcpv1alpha1.MachineNetworkConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: dhcpv1alpha1.MachineNetworkConfigSpec{NetworkConfigs: []dhcpv1alpha1.NetworkConfig{{NetworkName: network, MACAddress: mac}}},
+		Spec:       dhcpv1alpha1.MachineNetworkConfigSpec{NetworkConfigs: []dhcpv1alpha1.NetworkConfig{{NetworkName: network, MACAddress: mac}}},
 	}
 }
 
-func agentReady(g Gomega, ctx context.Context, ns, name, reason string) *dhcpv1alpha1.IPPool {
+func agentReady(ctx context.Context, g Gomega, ns, name, reason string) *dhcpv1alpha1.IPPool {
 	p := &dhcpv1alpha1.IPPool{}
 	g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p)).To(Succeed())
 	g.Expect(reconcile.Reason(p.Status.Conditions, dhcpv1alpha1.AgentReadyCondition)).To(Equal(reason))
@@ -69,7 +69,7 @@ func TestAgentServesAndSurvivesAPIServerOutage(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "vm1"}, m)).To(Succeed())
 		g.Expect(reconcile.IsTrue(m.Status.Conditions, dhcpv1alpha1.ReadyCondition)).To(BeTrue())
 		ip = m.Status.NetworkConfigs[0].AllocatedIPAddress
-		p := agentReady(g, ctx, ns, "lan", dhcpv1alpha1.ServingReason)
+		p := agentReady(ctx, g, ns, "lan", dhcpv1alpha1.ServingReason)
 		g.Expect(p.Status.Agent.Interface).To(Equal(qemu.BridgeName("agt1")))
 		g.Expect(p.Status.Agent.Netns).To(Equal(machineNetns))
 	}).Should(Succeed())
@@ -140,7 +140,7 @@ func TestAgentUnavailableWithoutNetns(t *testing.T) {
 	p.Labels = map[string]string{setup.ShardLabel: "nonetns"}
 	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
-		p := agentReady(g, ctx, ns, "lan", dhcpv1alpha1.AgentUnavailableReason)
+		p := agentReady(ctx, g, ns, "lan", dhcpv1alpha1.AgentUnavailableReason)
 		g.Expect(reconcile.IsTrue(p.Status.Conditions, dhcpv1alpha1.AgentReadyCondition)).To(BeFalse())
 	}).Should(Succeed())
 }

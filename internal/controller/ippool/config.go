@@ -139,7 +139,8 @@ func (r *Reconciler) reconcileNIC(ctx context.Context, m *dhcpv1alpha1.MachineNe
 			}
 		}
 		got = dhcpv1alpha1.Allocation{IP: ip.String(), MACAddress: nc.MACAddress, Owner: m.Name, OwnerUID: string(m.UID), Static: nc.IPAddress != ""}
-		after.Status.IPv4.Allocated = append(as, got)
+		as = append(as, got)
+		after.Status.IPv4.Allocated = as
 		slices.SortFunc(after.Status.IPv4.Allocated, func(a, b dhcpv1alpha1.Allocation) int {
 			return netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP))
 		})

@@ -151,7 +151,7 @@ func (r *Reconciler) patchPool(ctx context.Context, pool *dhcpv1alpha1.IPPool, m
 		first = false
 		p, errs := ippool.Parse(&pool.Spec, nil)
 		if len(errs) > 0 {
-			return false, fmt.Errorf("IPPool %s/%s does not parse: %v", pool.Namespace, pool.Name, errs.ToAggregate())
+			return false, fmt.Errorf("IPPool %s/%s does not parse: %w", pool.Namespace, pool.Name, errs.ToAggregate())
 		}
 		after := pool.DeepCopy()
 		if !mutate(after, p) {

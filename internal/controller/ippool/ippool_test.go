@@ -32,7 +32,9 @@ func newPool(ns, name, network, cidr, start, end string) *dhcpv1alpha1.IPPool {
 	}
 }
 
-func mac(i int) string { return fmt.Sprintf("02:00:00:%02x:%02x:%02x", (i>>16)&0xff, (i>>8)&0xff, i&0xff) }
+func mac(i int) string {
+	return fmt.Sprintf("02:00:00:%02x:%02x:%02x", (i>>16)&0xff, (i>>8)&0xff, i&0xff)
+}
 
 func newMNC(ns, name, network string, i int, static string) *dhcpv1alpha1.MachineNetworkConfig {
 	return &dhcpv1alpha1.MachineNetworkConfig{
@@ -43,7 +45,7 @@ func newMNC(ns, name, network string, i int, static string) *dhcpv1alpha1.Machin
 	}
 }
 
-func getPool(g Gomega, ctx context.Context, ns, name string) *dhcpv1alpha1.IPPool {
+func getPool(ctx context.Context, g Gomega, ns, name string) *dhcpv1alpha1.IPPool {
 	p := &dhcpv1alpha1.IPPool{}
 	g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p)).To(Succeed())
 	return p
@@ -114,7 +116,7 @@ func TestStaticDynamicExhaustionRelease(t *testing.T) {
 		g.Expect(m.Status.NetworkConfigs[0].State).To(Equal(dhcpv1alpha1.StatePending))
 	})
 	testenv.Eventually(g, func(g Gomega) {
-		p := getPool(g, ctx, ns, "lan")
+		p := getPool(ctx, g, ns, "lan")
 		readyReason(g, p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition, dhcpv1alpha1.PoolExhaustedReason)
 		g.Expect(findCond(p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition).Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(findCond(p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition).Message).To(ContainSubstring(ns + "/lan"))
@@ -137,7 +139,7 @@ func TestStaticDynamicExhaustionRelease(t *testing.T) {
 		readyReason(g, m.Status.Conditions, dhcpv1alpha1.ReadyCondition, dhcpv1alpha1.AllocatedReason)
 	})
 	testenv.Eventually(g, func(g Gomega) {
-		p := getPool(g, ctx, ns, "lan")
+		p := getPool(ctx, g, ns, "lan")
 		readyReason(g, p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition, dhcpv1alpha1.PoolExhaustedReason)
 		g.Expect(p.Status.IPv4.Allocated).To(HaveLen(3))
 		for _, a := range p.Status.IPv4.Allocated {
@@ -166,7 +168,7 @@ func TestPoolNotFoundAndPaused(t *testing.T) {
 		readyReason(g, m.Status.Conditions, dhcpv1alpha1.ReadyCondition, dhcpv1alpha1.PausedReason)
 	})
 	testenv.Eventually(g, func(g Gomega) {
-		p := getPool(g, ctx, ns, "wan2")
+		p := getPool(ctx, g, ns, "wan2")
 		readyReason(g, p.Status.Conditions, dhcpv1alpha1.ReadyCondition, dhcpv1alpha1.PausedReason)
 		readyReason(g, p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition, dhcpv1alpha1.AddressesAvailableReason)
 	}).Should(Succeed())
@@ -205,7 +207,7 @@ func TestMachineGetsAConfig(t *testing.T) {
 	})
 	g.Expect(env.Client.Delete(ctx, m)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
-		p := getPool(g, ctx, ns, "lan")
+		p := getPool(ctx, g, ns, "lan")
 		g.Expect(p.Status.IPv4.Allocated).To(BeEmpty())
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(mnc), &dhcpv1alpha1.MachineNetworkConfig{})).NotTo(Succeed())
 	}).Should(Succeed())
@@ -254,7 +256,7 @@ func TestTwoHundredRacingNeverShare(t *testing.T) {
 		g.Expect(ready).To(Equal(n))
 	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 
-	p := getPool(g, ctx, ns, "lan")
+	p := getPool(ctx, g, ns, "lan")
 	g.Expect(p.Status.IPv4.Allocated).To(HaveLen(n))
 	byIP, byMAC := map[string]string{}, map[string]string{}
 	for _, a := range p.Status.IPv4.Allocated {
@@ -290,7 +292,9 @@ func TestAdmissionRefusesBadPools(t *testing.T) {
 		"spec.ipv4Config.pool.start": func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.Pool.Start = "10.99.0.10" },
 		"spec.ipv4Config.serverIP":   func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.ServerIP = "10.25.0.15" },
 		"spec.ipv4Config.router":     func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.Router = "10.99.0.1" },
-		"spec.ipv4Config.dns":        func(p *dhcpv1alpha1.IPPool) { p.Spec.IPv4Config.DNS = []string{"10.25.0.1", "10.25.0.3", "10.25.0.4", "10.25.0.5"} },
+		"spec.ipv4Config.dns": func(p *dhcpv1alpha1.IPPool) {
+			p.Spec.IPv4Config.DNS = []string{"10.25.0.1", "10.25.0.3", "10.25.0.4", "10.25.0.5"}
+		},
 	} {
 		p := newPool(ns, "bad", "adm", "10.25.0.0/24", "10.25.0.10", "10.25.0.20")
 		mut(p)

@@ -89,7 +89,7 @@ func Udhcpc(ctx context.Context, ns, dir string) (*Client, error) {
 	}
 	script := filepath.Join(dir, "udhcpc.sh")
 	events := filepath.Join(dir, "udhcpc.events")
-	if err := os.WriteFile(script, []byte(strings.ReplaceAll(udhcpcScript, "@EVENTS@", events)), 0o700); err != nil { //nolint:gosec // an executable script
+	if err := os.WriteFile(script, []byte(strings.ReplaceAll(udhcpcScript, "@EVENTS@", events)), 0o700); err != nil {
 		return nil, err
 	}
 	// -f foreground, -t/-T retry quickly, -A 1 retry a failed lease after
@@ -109,7 +109,7 @@ func Dhclient(ctx context.Context, ns, dir string) (*Client, error) {
 	conf := filepath.Join(dir, "dhclient.conf")
 	leases := filepath.Join(dir, "dhclient.leases")
 	events := filepath.Join(dir, "dhclient.events")
-	if err := os.WriteFile(script, []byte(strings.ReplaceAll(dhclientScript, "@EVENTS@", events)), 0o700); err != nil { //nolint:gosec // an executable script
+	if err := os.WriteFile(script, []byte(strings.ReplaceAll(dhclientScript, "@EVENTS@", events)), 0o700); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(conf, []byte(dhclientConf), 0o600); err != nil {
@@ -219,7 +219,7 @@ func (c *Client) WaitEvent(ctx context.Context, skip int, timeout time.Duration,
 		}
 		select {
 		case <-c.done:
-			return Event{}, 0, fmt.Errorf("the client exited (%v) before %v; its log:\n%s", c.err, reasons, c.Log())
+			return Event{}, 0, fmt.Errorf("the client exited (%w) before %v; its log:\n%s", c.err, reasons, c.Log())
 		case <-ctx.Done():
 			return Event{}, 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):

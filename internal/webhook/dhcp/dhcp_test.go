@@ -35,7 +35,9 @@ func TestPoolSpec(t *testing.T) {
 		{"server outside cidr", func(s *dhcpv1alpha1.IPPoolSpec) { s.IPv4Config.ServerIP = "10.9.0.2" }, "spec.ipv4Config.serverIP"},
 		{"router outside cidr", func(s *dhcpv1alpha1.IPPoolSpec) { s.IPv4Config.Router = "192.168.0.1" }, "spec.ipv4Config.router"},
 		{"router inside range", func(s *dhcpv1alpha1.IPPoolSpec) { s.IPv4Config.Router = "10.0.0.101" }, "spec.ipv4Config.router"},
-		{"four dns", func(s *dhcpv1alpha1.IPPoolSpec) { s.IPv4Config.DNS = []string{"1.1.1.1", "1.1.1.2", "1.1.1.3", "1.1.1.4"} }, "spec.ipv4Config.dns"},
+		{"four dns", func(s *dhcpv1alpha1.IPPoolSpec) {
+			s.IPv4Config.DNS = []string{"1.1.1.1", "1.1.1.2", "1.1.1.3", "1.1.1.4"}
+		}, "spec.ipv4Config.dns"},
 		{"five ntp", func(s *dhcpv1alpha1.IPPoolSpec) {
 			s.IPv4Config.NTP = []string{"1.1.1.1", "1.1.1.2", "1.1.1.3", "1.1.1.4", "1.1.1.5"}
 		}, "spec.ipv4Config.ntp"},
