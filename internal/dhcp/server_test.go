@@ -247,6 +247,12 @@ func TestUdhcpc(t *testing.T) {
 		t.Fatalf("%v\n%s\n%s\n%s", err, a, b, r)
 	}
 	wantVars(t, ev.Vars, map[string]string{"ip": "10.66.0.100", "router": "10.66.0.254"})
+	if testing.Verbose() {
+		evs, _ := c.Events()
+		for _, e := range evs {
+			t.Logf("udhcpc %s at %s", e.Reason, e.Vars["at"])
+		}
+	}
 
 	// Release (SIGUSR2): the agent drops the binding.
 	if err := c.Signal(syscall.SIGUSR2); err != nil {

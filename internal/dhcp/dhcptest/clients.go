@@ -42,6 +42,7 @@ EVENTS=@EVENTS@
 exec 2>>"$EVENTS.trace"
 {
   echo "reason=$1"
+  echo "at=$(date +%s.%N)"
   for v in ip subnet mask router dns domain search ntpsrv lease serverid hostname; do
     eval "x=\${$v}"
     [ -n "$x" ] && echo "$v=$x"
