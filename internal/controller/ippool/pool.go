@@ -31,7 +31,15 @@ func (r *Reconciler) reconcilePool(ctx context.Context, req ctrl.Request) (ctrl.
 	gone := map[string]bool{}
 	for _, a := range pool.Status.IPv4.Allocated {
 		m := &dhcpv1alpha1.MachineNetworkConfig{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: a.Owner}, m)
+		key := types.NamespacedName{Namespace: pool.Namespace, Name: a.Owner}
+		// The cache first: an owner it holds with the same UID exists, and
+		// costs no API read (a pool of N allocations would otherwise cost N
+		// reads per change). Only an owner missing from the cache is
+		// confirmed against the API server.
+		if err := r.Client.Get(ctx, key, m); err == nil && (a.OwnerUID == "" || string(m.UID) == a.OwnerUID) {
+			continue
+		}
+		err := r.APIReader.Get(ctx, key, m)
 		switch {
 		case apierrors.IsNotFound(err):
 			gone[allocKey(a)] = true
