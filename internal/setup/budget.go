@@ -22,7 +22,9 @@ import (
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/databasebackup"
+	"github.com/converge-dev/converge/internal/controller/dhcpagent"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	"github.com/converge-dev/converge/internal/controller/ippool"
 	"github.com/converge-dev/converge/internal/controller/issuer"
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
@@ -106,6 +108,12 @@ var defaultBudgets = map[string]Budget{
 	// gets or changes an address; MetalLB's controller runs on
 	// controller-runtime's 20 / 30.
 	lbipam.ControllerName: {QPS: 20, Burst: 30},
+	// ippool: three writes per new MachineNetworkConfig (finalizer, pool
+	// status, config status) and conflict retries when configs race; as
+	// database, 50 / 100. dhcp-agent: one status patch per pool change;
+	// a DHCP exchange costs no API call; 20 / 30.
+	ippool.ControllerName:    {QPS: 50, Burst: 100},
+	dhcpagent.ControllerName: {QPS: 20, Burst: 30},
 }
 
 // DefaultBudget is the built-in budget of a controller, or ManagerBudget for

@@ -13,7 +13,9 @@ import (
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/databasebackup"
+	"github.com/converge-dev/converge/internal/controller/dhcpagent"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
+	"github.com/converge-dev/converge/internal/controller/ippool"
 	"github.com/converge-dev/converge/internal/controller/issuer"
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
@@ -25,6 +27,7 @@ import (
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	"github.com/converge-dev/converge/internal/qemu"
+	webhookdhcp "github.com/converge-dev/converge/internal/webhook/dhcp"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhooklb "github.com/converge-dev/converge/internal/webhook/lb"
 	webhookmachine "github.com/converge-dev/converge/internal/webhook/machine"
@@ -103,6 +106,12 @@ var controllers = []controller{
 			StopVMsOnExit:  m.StopVMsOnExit,
 		}).SetupWithManager(mgr)
 	}},
+	{name: ippool.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&ippool.Reconciler{}).SetupWithManager(mgr)
+	}},
+	{name: dhcpagent.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&dhcpagent.Reconciler{Netns: o.Machines.Netns}).SetupWithManager(mgr)
+	}},
 	{name: issuer.IssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
 	}},
@@ -143,6 +152,8 @@ var webhooks = []webhookSet{
 	{name: "ipaddresspool", setup: webhooklb.IPAddressPool{}.SetupWithManager},
 	{name: "l2advertisement", setup: webhooklb.L2Advertisement{}.SetupWithManager},
 	{name: "machine", setup: webhookmachine.Machine{}.SetupWithManager},
+	{name: "ippool", setup: webhookdhcp.IPPool{}.SetupWithManager},
+	{name: "machinenetworkconfig", setup: webhookdhcp.MachineNetworkConfig{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
 	}},

@@ -1,0 +1,144 @@
+// Package dhcp holds the admission webhooks of the dhcp.converge.dev API
+// group: an IPPool whose addresses do not fit its CIDR, that has too many
+// DNS or NTP servers, or that overlaps another pool of the same network
+// (in any namespace) is refused naming the field; a MachineNetworkConfig
+// naming one MAC address or network twice, or a static address that is not
+// an IPv4 address, likewise.
+package dhcp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
+	"github.com/converge-dev/converge/internal/ippool"
+)
+
+// +kubebuilder:webhook:path=/validate-dhcp-converge-dev-v1alpha1-ippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=dhcp.converge.dev,resources=ippools,verbs=create;update,versions=v1alpha1,name=vippool.dhcp.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-dhcp-converge-dev-v1alpha1-machinenetworkconfig,mutating=false,failurePolicy=fail,sideEffects=None,groups=dhcp.converge.dev,resources=machinenetworkconfigs,verbs=create;update,versions=v1alpha1,name=vmachinenetworkconfig.dhcp.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
+// IPPool validates pools.
+type IPPool struct {
+	// Reader lists the other pools (overlap check); uncached.
+	Reader client.Reader
+}
+
+// SetupWithManager registers the webhook.
+func (w IPPool) SetupWithManager(mgr ctrl.Manager) error {
+	w.Reader = mgr.GetAPIReader()
+	return ctrl.NewWebhookManagedBy(mgr, &dhcpv1alpha1.IPPool{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new pool.
+func (w IPPool) ValidateCreate(ctx context.Context, p *dhcpv1alpha1.IPPool) (admission.Warnings, error) {
+	return nil, w.validate(ctx, p)
+}
+
+// ValidateUpdate checks a changed pool.
+func (w IPPool) ValidateUpdate(ctx context.Context, _, p *dhcpv1alpha1.IPPool) (admission.Warnings, error) {
+	return nil, w.validate(ctx, p)
+}
+
+// ValidateDelete allows every deletion.
+func (IPPool) ValidateDelete(context.Context, *dhcpv1alpha1.IPPool) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (w IPPool) validate(ctx context.Context, p *dhcpv1alpha1.IPPool) error {
+	parsed, errs := ippool.Parse(&p.Spec, field.NewPath("spec"))
+	if len(errs) == 0 {
+		var list dhcpv1alpha1.IPPoolList
+		if err := w.Reader.List(ctx, &list); err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("listing IPPools: %w", err))
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			if (o.Namespace == p.Namespace && o.Name == p.Name) || o.Spec.NetworkName != p.Spec.NetworkName {
+				continue
+			}
+			op, oerrs := ippool.Parse(&o.Spec, field.NewPath("spec"))
+			if len(oerrs) > 0 {
+				continue
+			}
+			if ippool.Overlaps(parsed, op) {
+				errs = append(errs, field.Invalid(field.NewPath("spec", "ipv4Config", "cidr"), p.Spec.IPv4Config.CIDR,
+					fmt.Sprintf("overlaps %s of IPPool %s/%s on network %q", o.Spec.IPv4Config.CIDR, o.Namespace, o.Name, o.Spec.NetworkName)))
+			}
+		}
+	}
+	return toStatus("IPPool", p.Name, errs)
+}
+
+// MachineNetworkConfig validates MachineNetworkConfigs.
+type MachineNetworkConfig struct{}
+
+// SetupWithManager registers the webhook.
+func (w MachineNetworkConfig) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &dhcpv1alpha1.MachineNetworkConfig{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new MachineNetworkConfig.
+func (MachineNetworkConfig) ValidateCreate(_ context.Context, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
+	return nil, toStatus("MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
+}
+
+// ValidateUpdate checks a changed MachineNetworkConfig.
+func (MachineNetworkConfig) ValidateUpdate(_ context.Context, _, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
+	return nil, toStatus("MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
+}
+
+// ValidateDelete allows every deletion.
+func (MachineNetworkConfig) ValidateDelete(context.Context, *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ValidateMNCSpec checks what the schema cannot: static addresses are IPv4
+// and unique, a MAC is unicast.
+func ValidateMNCSpec(spec *dhcpv1alpha1.MachineNetworkConfigSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	ips := map[string]int{}
+	for i, nc := range spec.NetworkConfigs {
+		fp := p.Child("networkConfigs").Index(i)
+		if len(nc.MACAddress) == 17 && hexNibble(nc.MACAddress[1])&1 == 1 {
+			errs = append(errs, field.Invalid(fp.Child("macAddress"), nc.MACAddress, "a multicast address; a NIC needs a unicast one"))
+		}
+		if nc.IPAddress == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(nc.IPAddress)
+		if err != nil || !a.Is4() {
+			errs = append(errs, field.Invalid(fp.Child("ipAddress"), nc.IPAddress, "not an IPv4 address"))
+			continue
+		}
+		if j, dup := ips[a.String()]; dup {
+			errs = append(errs, field.Duplicate(fp.Child("ipAddress"), fmt.Sprintf("%s (also networkConfigs[%d])", nc.IPAddress, j)))
+		}
+		ips[a.String()] = i
+	}
+	return errs
+}
+
+func hexNibble(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 0
+}
+
+func toStatus(kind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(schema.GroupKind{Group: dhcpv1alpha1.GroupVersion.Group, Kind: kind}, name, errs)
+}

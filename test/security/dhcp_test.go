@@ -1,0 +1,74 @@
+package security
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
+)
+
+// A tenant cannot take an address from another namespace's pool: not by
+// naming the network the victim's pool serves, not by asking for the
+// victim's address as a static one, not with the victim's MAC address; its
+// configs look up pools in its own namespace only. It cannot make pools
+// either (an IPPool puts a server address on a host-wide bridge): IPPools
+// are read-only for tenants.
+func TestMachineNetworkConfigCannotReachAnotherNamespace(t *testing.T) {
+	victim, attacker := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	pool := &dhcpv1alpha1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: victim.NS, Name: "lan"},
+		Spec: dhcpv1alpha1.IPPoolSpec{NetworkName: "seclan", IPv4Config: dhcpv1alpha1.IPv4Config{
+			CIDR: "10.123.0.0/24", ServerIP: "10.123.0.2",
+			Pool: dhcpv1alpha1.AddressRange{Start: "10.123.0.10", End: "10.123.0.20"},
+		}},
+	}
+	// The admin makes the victim's pool; the victim cannot.
+	err := victim.Client.Create(ctx, pool.DeepCopy())
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a tenant created an IPPool: %v", err)
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	mine := &dhcpv1alpha1.MachineNetworkConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: victim.NS, Name: "vm"},
+		Spec: dhcpv1alpha1.MachineNetworkConfigSpec{NetworkConfigs: []dhcpv1alpha1.NetworkConfig{
+			{NetworkName: "seclan", MACAddress: "02:00:00:12:30:01", IPAddress: "10.123.0.15"},
+		}},
+	}
+	g.Expect(victim.Client.Create(ctx, mine)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(victim.Client.Get(ctx, client.ObjectKeyFromObject(mine), mine)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(mine.Status.Conditions, dhcpv1alpha1.ReadyCondition)).To(BeTrue())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	for i, nc := range []dhcpv1alpha1.NetworkConfig{
+		{NetworkName: "seclan", MACAddress: "02:00:00:12:30:02"},
+		{NetworkName: "seclan", MACAddress: "02:00:00:12:30:03", IPAddress: "10.123.0.15"},
+		{NetworkName: "seclan", MACAddress: "02:00:00:12:30:01"},
+	} {
+		grab := &dhcpv1alpha1.MachineNetworkConfig{
+			ObjectMeta: metav1.ObjectMeta{Namespace: attacker.NS, Name: "grab" + string(rune('a'+i))},
+			Spec:       dhcpv1alpha1.MachineNetworkConfigSpec{NetworkConfigs: []dhcpv1alpha1.NetworkConfig{nc}},
+		}
+		g.Expect(attacker.Client.Create(ctx, grab)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(attacker.Client.Get(ctx, client.ObjectKeyFromObject(grab), grab)).To(Succeed())
+			c := meta.FindStatusCondition(grab.Status.Conditions, dhcpv1alpha1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(dhcpv1alpha1.PoolNotFoundReason))
+			g.Expect(c.Message).To(ContainSubstring(attacker.NS))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	}
+	g.Consistently(func(g Gomega) {
+		p := &dhcpv1alpha1.IPPool{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), p)).To(Succeed())
+		g.Expect(p.Status.IPv4.Allocated).To(HaveLen(1))
+		g.Expect(p.Status.IPv4.Allocated[0].Owner).To(Equal("vm"))
+		g.Expect(p.Status.IPv4.Allocated[0].MACAddress).To(Equal("02:00:00:12:30:01"))
+	}).WithTimeout(2 * time.Second).Should(Succeed())
+}
