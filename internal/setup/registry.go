@@ -17,6 +17,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	"github.com/converge-dev/converge/internal/controller/machinebmc"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	"github.com/converge-dev/converge/internal/qemu"
+	webhookbmc "github.com/converge-dev/converge/internal/webhook/bmc"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhooklb "github.com/converge-dev/converge/internal/webhook/lb"
 	webhookmachine "github.com/converge-dev/converge/internal/webhook/machine"
@@ -88,6 +90,9 @@ var controllers = []controller{
 	{name: kwokmachine.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&kwokmachine.Reconciler{}).SetupWithManager(mgr)
 	}},
+	{name: machinebmc.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&machinebmc.Reconciler{}).SetupWithManager(mgr)
+	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines
 		if m.StateDir == "" {
@@ -139,6 +144,7 @@ var webhooks = []webhookSet{
 	{name: "ipaddresspool", setup: webhooklb.IPAddressPool{}.SetupWithManager},
 	{name: "l2advertisement", setup: webhooklb.L2Advertisement{}.SetupWithManager},
 	{name: "machine", setup: webhookmachine.Machine{}.SetupWithManager},
+	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
 	}},

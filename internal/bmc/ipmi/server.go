@@ -542,8 +542,8 @@ func (s *Server) command(ctx context.Context, ss *session, m *message, addr net.
 			0x20,       // device ID
 			0x01,       // device revision; no SDRs
 			0x01, 0x00, // firmware 1.00, normal operation
-			0x02,       // IPMI 2.0
-			0x80,       // chassis device
+			0x02,             // IPMI 2.0
+			0x80,             // chassis device
 			0x00, 0x00, 0x00, // manufacturer: none registered
 			0x01, 0x00, // product ID
 		}, false

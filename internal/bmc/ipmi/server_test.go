@@ -3,6 +3,7 @@ package ipmi
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // fakeBackend is a machine in memory.
@@ -87,7 +87,13 @@ func startServer(t *testing.T) (*Server, *fakeBackend, string) {
 func needTool(t *testing.T, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		testenv.NeedPeer(t, t.Name(), name+" is not installed (apt-get install ipmitool freeipmi-tools)")
+		// As testenv.NeedPeer (which this package cannot import: testenv
+		// starts the manager, which imports this package).
+		why := name + " is not installed (apt-get install ipmitool freeipmi-tools)"
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s: %s", t.Name(), why)
+		}
+		t.Skipf("*** SKIPPING %s: %s ***", t.Name(), why)
 	}
 }
 
