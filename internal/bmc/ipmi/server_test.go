@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // fakeBackend is a machine in memory.
