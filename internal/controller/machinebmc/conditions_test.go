@@ -2,6 +2,9 @@ package machinebmc_test
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +124,31 @@ func TestWebhook(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring("spec.machineRef")))
 		g.Expect(err).To(MatchError(ContainSubstring("immutable")))
 	}).Should(Succeed())
+}
+
+// The samples (the Machine worker-1 and its MachineBMC) work as they are.
+func TestSample(t *testing.T) {
+	needTool(t, "ipmitool")
+	testenv.Need(t, env)
+	ns := env.NewNamespace(t)
+	bin, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"machine_v1alpha1_machine.yaml", "bmc_v1alpha1_machinebmc.yaml"} {
+		out, err := exec.CommandContext(t.Context(), filepath.Join(bin, "kubectl"), "--kubeconfig", env.KubeconfigPath,
+			"apply", "-n", ns, "-f", filepath.Join("..", "..", "..", "config", "samples", f)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
+		}
+	}
+	b := waitBMC(t, &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-1"}}, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
+		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+	})
+	NewWithT(t).Eventually(func(g Gomega) {
+		out, err := exec.CommandContext(t.Context(), "ipmitool", "-I", "lanplus", "-C", "17", "-H", "127.0.0.1",
+			"-p", strings.TrimPrefix(b.Status.IPMIEndpoint, "127.0.0.1:"), "-U", "admin", "-P", "changeme", "power", "status").CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(out))
+		g.Expect(string(out)).To(ContainSubstring("Chassis Power is on"))
+	}).WithTimeout(wait).Should(Succeed())
 }
