@@ -213,3 +213,27 @@ func (c *Client) Close(ctx context.Context) error {
 	_, _, err := c.Request(ctx, netFnApp, cmdCloseSession, id[:])
 	return errors.Join(err, c.conn.Close())
 }
+
+// PowerStatus is Get Chassis Status's power bit.
+func (c *Client) PowerStatus(ctx context.Context) (bool, error) {
+	cc, d, err := c.Request(ctx, netFnChassis, cmdGetChassisStatus, nil)
+	if err != nil {
+		return false, err
+	}
+	if cc != ccOK || len(d) < 1 {
+		return false, fmt.Errorf("ipmi: Get Chassis Status: completion code %#02x", cc)
+	}
+	return d[0]&1 != 0, nil
+}
+
+// ChassisControl sends a Chassis Control action.
+func (c *Client) ChassisControl(ctx context.Context, a ChassisAction) error {
+	cc, _, err := c.Request(ctx, netFnChassis, cmdChassisControl, []byte{byte(a)})
+	if err != nil {
+		return err
+	}
+	if cc != ccOK {
+		return fmt.Errorf("ipmi: Chassis Control: completion code %#02x", cc)
+	}
+	return nil
+}
