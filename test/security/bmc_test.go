@@ -120,7 +120,7 @@ func TestBMCIgnoresUnauthenticatedCommands(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	rsp := buf[14:n]
 	g.Expect(rsp[6]).To(Equal(byte(0)), "completion code")
-	g.Expect(rsp[9] & 0x07).To(Equal(byte(0x04)), "non-null user names only, no anonymous login")
+	g.Expect(rsp[9]&0x07).To(Equal(byte(0x04)), "non-null user names only, no anonymous login")
 	g.Expect(rsp[10]).To(Equal(byte(0x02)), "IPMI v2.0 only")
 
 	g.Consistently(func(g Gomega) {

@@ -127,7 +127,7 @@ func (c *Client) handshake(ctx context.Context, su suite, user, password string)
 	r1 := []byte{2, 0, 0, 0}
 	r1 = binary.LittleEndian.AppendUint32(r1, c.bmcID)
 	r1 = append(r1, rm[:]...)
-	r1 = append(r1, role, 0, 0, byte(len(user)))
+	r1 = append(r1, role, 0, 0, byte(len(user))) //nolint:gosec // user names longer than 16 bytes are refused by the BMC
 	r1 = append(r1, user...)
 	p, err = c.roundTrip(ctx, encodeRMCPP(payloadRAKP1, false, 0, 0, r1, nil), func(p *packet) bool {
 		return p.rmcpp && p.payloadType == payloadRAKP2 && len(p.payload) >= 2 && p.payload[0] == 2
@@ -145,7 +145,7 @@ func (c *Client) handshake(ctx context.Context, su suite, user, password string)
 	var sid, cid [4]byte
 	binary.LittleEndian.PutUint32(sid[:], c.bmcID)
 	binary.LittleEndian.PutUint32(cid[:], c.consoleID)
-	ul := []byte{role, byte(len(user))}
+	ul := []byte{role, byte(len(user))} //nolint:gosec // as above
 	if !hmac.Equal(p.payload[40:], su.mac([]byte(password), cid[:], sid[:], rm[:], rc, guid, ul, []byte(user))) {
 		return &StatusError{Step: "RAKP 2 (the BMC does not know this password)", Status: statusInvalidIntegrity}
 	}

@@ -2,6 +2,7 @@ package ipmi
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -201,7 +202,8 @@ func TestGoClient(t *testing.T) {
 		t.Fatal("wrong password accepted")
 	}
 	_, err := Dial(ctx, addr, "root", "s3cret", CipherSuite3)
-	if se, ok := err.(*StatusError); !ok || se.Status != statusUnauthorizedName {
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != statusUnauthorizedName {
 		t.Fatalf("wrong user: %v", err)
 	}
 	// Rotation: the old password stops working at the next session.

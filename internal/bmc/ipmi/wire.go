@@ -183,7 +183,7 @@ func decodePacket(b []byte, authCodeLen func(sessionID uint32) int) (*packet, er
 func encodeV15(msg []byte) []byte {
 	out := make([]byte, 0, 14+len(msg)+1)
 	out = append(out, rmcpVersion, 0, rmcpNoAck, rmcpClassIPMI)
-	out = append(out, authTypeNone, 0, 0, 0, 0, 0, 0, 0, 0, byte(len(msg)))
+	out = append(out, authTypeNone, 0, 0, 0, 0, 0, 0, 0, 0, byte(len(msg))) //nolint:gosec // IPMI messages are short
 	out = append(out, msg...)
 	return out
 }
@@ -203,7 +203,7 @@ func encodeRMCPP(ptype byte, encrypted bool, sessionID, seq uint32, payload []by
 	out = append(out, authTypeRMCPP, pt)
 	out = binary.LittleEndian.AppendUint32(out, sessionID)
 	out = binary.LittleEndian.AppendUint32(out, seq)
-	out = binary.LittleEndian.AppendUint16(out, uint16(len(payload)))
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(payload))) //nolint:gosec // payloads are IPMI messages, far below 64 KiB
 	out = append(out, payload...)
 	if sign == nil {
 		return out

@@ -14,12 +14,11 @@ import (
 )
 
 type fakeBackend struct {
-	mu                sync.Mutex
-	user, pass        string
-	sys               System
-	rv                int
-	calls             []string
-	failInsertInvalid bool
+	mu         sync.Mutex
+	user, pass string
+	sys        System
+	rv         int
+	calls      []string
 }
 
 func (f *fakeBackend) Credentials() (string, string, bool) {
@@ -92,7 +91,14 @@ func start(t *testing.T) (*httptest.Server, *fakeBackend) {
 	return srv, b
 }
 
-func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr map[string]string) (*http.Response, map[string]any) {
+// response is what a test reads of an HTTP response (its body already
+// read and closed).
+type response struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr map[string]string) (response, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -111,27 +117,27 @@ func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr map[s
 	defer rsp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(rsp.Body).Decode(&out)
-	return rsp, out
+	return response{StatusCode: rsp.StatusCode, Header: rsp.Header}, out
 }
 
 func TestGoClient(t *testing.T) {
 	srv, b := start(t)
 	// The service root needs no authentication; the rest does.
-	if rsp, root := do(t, srv, "GET", "/redfish/v1/", "", map[string]string{"noauth": "1"}); rsp.StatusCode != 200 || root["Systems"] == nil {
+	if rsp, root := do(t, srv, "GET", "/redfish/v1/", "", map[string]string{"noauth": "1"}); rsp.StatusCode != http.StatusOK || root["Systems"] == nil {
 		t.Fatalf("service root: %d %v", rsp.StatusCode, root)
 	}
 	rsp, body := do(t, srv, "GET", "/redfish/v1/Systems/m1", "", map[string]string{"noauth": "1"})
-	if rsp.StatusCode != 401 || body["error"] == nil {
+	if rsp.StatusCode != http.StatusUnauthorized || body["error"] == nil {
 		t.Fatalf("unauthenticated GET: %d %v", rsp.StatusCode, body)
 	}
 	// Sessions: login, use the token, logout.
 	rsp, body = do(t, srv, "POST", "/redfish/v1/SessionService/Sessions", `{"UserName":"admin","Password":"s3cret"}`, map[string]string{"noauth": "1"})
 	token, loc := rsp.Header.Get("X-Auth-Token"), rsp.Header.Get("Location")
-	if rsp.StatusCode != 201 || token == "" || loc == "" {
+	if rsp.StatusCode != http.StatusCreated || token == "" || loc == "" {
 		t.Fatalf("login: %d %v", rsp.StatusCode, body)
 	}
 	rsp, sys := do(t, srv, "GET", "/redfish/v1/Systems/m1", "", map[string]string{"X-Auth-Token": token})
-	if rsp.StatusCode != 200 || sys["PowerState"] != "On" {
+	if rsp.StatusCode != http.StatusOK || sys["PowerState"] != "On" {
 		t.Fatalf("system with a token: %d %v", rsp.StatusCode, sys)
 	}
 	etag := rsp.Header.Get("ETag")
@@ -141,42 +147,42 @@ func TestGoClient(t *testing.T) {
 	}
 	// PATCH with the current ETag, then with the now stale one: 412.
 	patch := `{"Boot":{"BootSourceOverrideTarget":"Pxe","BootSourceOverrideEnabled":"Once"}}`
-	if rsp, body := do(t, srv, "PATCH", "/redfish/v1/Systems/m1", patch, map[string]string{"If-Match": etag}); rsp.StatusCode != 200 {
+	if rsp, body := do(t, srv, "PATCH", "/redfish/v1/Systems/m1", patch, map[string]string{"If-Match": etag}); rsp.StatusCode != http.StatusOK {
 		t.Fatalf("PATCH with a fresh ETag: %d %v", rsp.StatusCode, body)
 	}
 	rsp, body = do(t, srv, "PATCH", "/redfish/v1/Systems/m1", patch, map[string]string{"If-Match": etag})
 	if rsp.StatusCode != http.StatusPreconditionFailed || !strings.Contains(fmt.Sprint(body["error"]), "Base.1.8.PreconditionFailed") {
 		t.Fatalf("PATCH with a stale ETag: %d %v", rsp.StatusCode, body)
 	}
-	if rsp, body := do(t, srv, "PATCH", "/redfish/v1/Systems/m1", `{"Boot":{"BootSourceOverrideTarget":"Floppy"}}`, nil); rsp.StatusCode != 400 ||
+	if rsp, body := do(t, srv, "PATCH", "/redfish/v1/Systems/m1", `{"Boot":{"BootSourceOverrideTarget":"Floppy"}}`, nil); rsp.StatusCode != http.StatusBadRequest ||
 		!strings.Contains(fmt.Sprint(body), "PropertyValueNotInList") {
 		t.Fatalf("PATCH Floppy: %d %v", rsp.StatusCode, body)
 	}
-	if rsp, body := do(t, srv, "POST", "/redfish/v1/Systems/m1/Actions/ComputerSystem.Reset", `{"ResetType":"Nmi"}`, nil); rsp.StatusCode != 400 {
+	if rsp, body := do(t, srv, "POST", "/redfish/v1/Systems/m1/Actions/ComputerSystem.Reset", `{"ResetType":"Nmi"}`, nil); rsp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("reset Nmi: %d %v", rsp.StatusCode, body)
 	}
-	if rsp, _ := do(t, srv, "POST", "/redfish/v1/Systems/m1/Actions/ComputerSystem.Reset", `{"ResetType":"ForceOff"}`, nil); rsp.StatusCode != 204 {
+	if rsp, _ := do(t, srv, "POST", "/redfish/v1/Systems/m1/Actions/ComputerSystem.Reset", `{"ResetType":"ForceOff"}`, nil); rsp.StatusCode != http.StatusNoContent {
 		t.Fatalf("reset ForceOff: %d", rsp.StatusCode)
 	}
 	// Virtual media.
 	cd := "/redfish/v1/Managers/BMC/VirtualMedia/Cd"
-	if rsp, body := do(t, srv, "POST", cd+"/Actions/VirtualMedia.InsertMedia", `{"Image":"http://x/BAD.iso"}`, nil); rsp.StatusCode != 400 {
+	if rsp, body := do(t, srv, "POST", cd+"/Actions/VirtualMedia.InsertMedia", `{"Image":"http://x/BAD.iso"}`, nil); rsp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("insert a bad image: %d %v", rsp.StatusCode, body)
 	}
-	if rsp, _ := do(t, srv, "POST", cd+"/Actions/VirtualMedia.InsertMedia", `{"Image":"http://x/busybox.iso","Inserted":true}`, nil); rsp.StatusCode != 204 {
+	if rsp, _ := do(t, srv, "POST", cd+"/Actions/VirtualMedia.InsertMedia", `{"Image":"http://x/busybox.iso","Inserted":true}`, nil); rsp.StatusCode != http.StatusNoContent {
 		t.Fatalf("insert: %d", rsp.StatusCode)
 	}
 	if _, m := do(t, srv, "GET", cd, "", nil); m["Inserted"] != true || m["Image"] != "http://x/busybox.iso" {
 		t.Fatalf("media after insert: %v", m)
 	}
-	if rsp, _ := do(t, srv, "POST", cd+"/Actions/VirtualMedia.EjectMedia", `{}`, nil); rsp.StatusCode != 204 {
+	if rsp, _ := do(t, srv, "POST", cd+"/Actions/VirtualMedia.EjectMedia", `{}`, nil); rsp.StatusCode != http.StatusNoContent {
 		t.Fatalf("eject: %d", rsp.StatusCode)
 	}
 	// Logout; the token stops working. Password rotation ends sessions.
-	if rsp, _ := do(t, srv, "DELETE", loc, "", map[string]string{"X-Auth-Token": token}); rsp.StatusCode != 204 {
+	if rsp, _ := do(t, srv, "DELETE", loc, "", map[string]string{"X-Auth-Token": token}); rsp.StatusCode != http.StatusNoContent {
 		t.Fatalf("logout: %d", rsp.StatusCode)
 	}
-	if rsp, _ := do(t, srv, "GET", "/redfish/v1/Systems", "", map[string]string{"X-Auth-Token": token}); rsp.StatusCode != 401 {
+	if rsp, _ := do(t, srv, "GET", "/redfish/v1/Systems", "", map[string]string{"X-Auth-Token": token}); rsp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a closed session's token: %d", rsp.StatusCode)
 	}
 	rsp, _ = do(t, srv, "POST", "/redfish/v1/SessionService/Sessions", `{"UserName":"admin","Password":"s3cret"}`, map[string]string{"noauth": "1"})
@@ -184,10 +190,10 @@ func TestGoClient(t *testing.T) {
 	b.mu.Lock()
 	b.pass = "n3w"
 	b.mu.Unlock()
-	if rsp, _ := do(t, srv, "GET", "/redfish/v1/Systems", "", map[string]string{"X-Auth-Token": token}); rsp.StatusCode != 401 {
+	if rsp, _ := do(t, srv, "GET", "/redfish/v1/Systems", "", map[string]string{"X-Auth-Token": token}); rsp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a session of the old password: %d", rsp.StatusCode)
 	}
-	if rsp, _ := do(t, srv, "GET", "/redfish/v1/Systems", "", nil); rsp.StatusCode != 401 {
+	if rsp, _ := do(t, srv, "GET", "/redfish/v1/Systems", "", nil); rsp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("basic auth with the old password: %d", rsp.StatusCode)
 	}
 }

@@ -2,6 +2,7 @@ package machinebmc_test
 
 import (
 	"context"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -95,8 +96,8 @@ func TestPasswordRotation(t *testing.T) {
 	}).WithTimeout(wait).Should(Succeed())
 	out, err := ipmitool(t, b.Status.IPMIEndpoint, "r0tated", "17", "power", "status")
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	rsp, _ := rf(t, g, "GET", b.Status.RedfishEndpoint+"/redfish/v1/Systems", "", nil) // basic auth with s3cret
-	g.Expect(rsp.StatusCode).To(Equal(401))
+	rsp, _ := rf(t, g, http.MethodGet, b.Status.RedfishEndpoint+"/redfish/v1/Systems", "", nil) // basic auth with s3cret
+	g.Expect(rsp.StatusCode).To(Equal(http.StatusUnauthorized))
 	after := waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
 		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
 	})

@@ -46,7 +46,7 @@ const FieldManager = "converge-machinebmc"
 
 const (
 	machineIndex = "spec.machineRef.name"
-	secretIndex  = "spec.authSecretRef.name"
+	secretIndex  = "spec.authSecretRef.name" //nolint:gosec // a field index name, not a credential
 )
 
 // Defaults.
@@ -99,7 +99,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Server); err != nil {
 		return err
 	}
-	ctx := context.Background()
+	ctx := context.Background() //nolint:forbidigo // index registration has no request context
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &bmcv1alpha1.MachineBMC{}, machineIndex, func(o client.Object) []string {
 		return []string{o.(*bmcv1alpha1.MachineBMC).Spec.MachineRef.Name}
