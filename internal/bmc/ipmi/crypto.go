@@ -123,7 +123,8 @@ func (k *keys) encrypt(plain []byte) []byte {
 	buf = append(buf, byte(pad))
 	out := make([]byte, aes.BlockSize+len(buf))
 	_, _ = rand.Read(out[:aes.BlockSize])
-	cipher.NewCBCEncrypter(k.block, out[:aes.BlockSize]) //nolint:gosec // the IV is random: rand.Read above.CryptBlocks(out[aes.BlockSize:], buf)
+	iv := out[:aes.BlockSize] // random: rand.Read above
+	cipher.NewCBCEncrypter(k.block, iv).CryptBlocks(out[aes.BlockSize:], buf) //nolint:gosec // the IV is random (rand.Read above)
 	return out
 }
 
