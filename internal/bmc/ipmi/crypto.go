@@ -123,7 +123,7 @@ func (k *keys) encrypt(plain []byte) []byte {
 	buf = append(buf, byte(pad))
 	out := make([]byte, aes.BlockSize+len(buf))
 	_, _ = rand.Read(out[:aes.BlockSize])
-	iv := out[:aes.BlockSize] // random: rand.Read above
+	iv := out[:aes.BlockSize]                                                 // random: rand.Read above
 	cipher.NewCBCEncrypter(k.block, iv).CryptBlocks(out[aes.BlockSize:], buf) //nolint:gosec // the IV is random (rand.Read above)
 	return out
 }
