@@ -86,7 +86,8 @@ func consoleCount(path, marker string) int {
 }
 
 // ipmitool powers a real VM off (the QEMU process exits) and on again (a
-// new QEMU process boots the image to init).
+// new QEMU process boots the image to init); bootdev pxe and a power cycle
+// make it boot from the network.
 func TestIpmitoolPowersAQemuVM(t *testing.T) {
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
@@ -102,7 +103,7 @@ func TestIpmitoolPowersAQemuVM(t *testing.T) {
 		}).WithTimeout(wait).Should(BeTrue())
 	})
 	m := &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"},
-		Spec: machinev1alpha1.MachineSpec{Image: "busybox", InfrastructureRef: machinev1alpha1.InfrastructureReference{
+		Spec: machinev1alpha1.MachineSpec{Image: "busybox", NetworkInterfaces: []machinev1alpha1.NetworkInterface{{Name: "eth0", Network: "lan"}}, InfrastructureRef: machinev1alpha1.InfrastructureReference{
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "QemuMachine", Name: "vm"}}}
 	g.Expect(env.Client.Create(ctx, m)).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-bmc"},
@@ -154,4 +155,16 @@ func TestIpmitoolPowersAQemuVM(t *testing.T) {
 		g.Expect(consoleCount(m.Status.ConsoleLog, qemu.InitMarker)).To(Equal(1), "booted again")
 	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Expect(ipmitool("power", "status")).To(ContainSubstring("Chassis Power is on"))
+
+	// bootdev pxe, then power cycle: the VM comes back through QEMU's
+	// iPXE ROM (a network boot on the console).
+	ipmitool("chassis", "bootdev", "pxe")
+	ipmitool("power", "cycle")
+	old = pid
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+		pid = getQM(g).Status.PID
+		g.Expect(pid).NotTo(Equal(old), "a new QEMU process")
+		g.Expect(consoleCount(m.Status.ConsoleLog, "iPXE")).To(BeNumerically(">=", 1), "a network boot")
+	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
