@@ -2,8 +2,10 @@ package qemutest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -166,5 +168,59 @@ func TestIpmitoolPowersAQemuVM(t *testing.T) {
 		pid = getQM(g).Status.PID
 		g.Expect(pid).NotTo(Equal(old), "a new QEMU process")
 		g.Expect(consoleCount(m.Status.ConsoleLog, "iPXE")).To(BeNumerically(">=", 1), "a network boot")
+	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// Redfish VirtualMedia InsertMedia names the image a Machine boots: a VM
+// whose image does not exist boots once the inserted one is there.
+func TestVirtualMediaBootsTheImage(t *testing.T) {
+	testenv.Need(t, env)
+	ns := env.NewNamespace(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	qm := &infrastructurev1alpha1.QemuMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"}}
+	qm.Spec.Image = "no-such-image"
+	g.Expect(env.Client.Create(ctx, qm)).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), qm)
+		NewWithT(t).Eventually(func() bool {
+			return env.Client.Get(context.Background(), client.ObjectKeyFromObject(qm), qm) != nil
+		}).WithTimeout(wait).Should(BeTrue())
+	})
+	m := &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"},
+		Spec: machinev1alpha1.MachineSpec{Image: "no-such-image", InfrastructureRef: machinev1alpha1.InfrastructureReference{
+			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "QemuMachine", Name: "vm"}}}
+	g.Expect(env.Client.Create(ctx, m)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-bmc"},
+		StringData: map[string]string{"username": "admin", "password": "s3cret"}})).To(Succeed())
+	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"}, Spec: bmcv1alpha1.MachineBMCSpec{
+		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "vm"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "vm-bmc"},
+		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolRedfish}}}
+	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(b.Status.Conditions, bmcv1alpha1.ReadyCondition)).To(BeTrue())
+		cur := &infrastructurev1alpha1.QemuMachine{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(qm), cur)).To(Succeed())
+		c := meta.FindStatusCondition(cur.Status.Conditions, infrastructurev1alpha1.ReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrastructurev1alpha1.ImageNotFoundReason))
+	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+	//nolint:gosec // the BMC's certificate is self-signed
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.Status.RedfishEndpoint+"/redfish/v1/Managers/BMC/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia",
+		strings.NewReader(`{"Image":"http://images.example/busybox.iso","Inserted":true}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	req.SetBasicAuth("admin", "s3cret")
+	rsp, err := hc.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = rsp.Body.Close()
+	g.Expect(rsp.StatusCode).To(Equal(http.StatusNoContent))
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+		g.Expect(m.Spec.Image).To(Equal("busybox"))
+		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseRunning))
+		g.Expect(consoleCount(m.Status.ConsoleLog, qemu.InitMarker)).To(Equal(1), "booted the inserted image")
 	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
