@@ -207,7 +207,6 @@ func TestVirtualMediaBootsTheImage(t *testing.T) {
 		g.Expect(c.Reason).To(Equal(infrastructurev1alpha1.ImageNotFoundReason))
 	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
 
-	//nolint:gosec // the BMC's certificate is self-signed
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.Status.RedfishEndpoint+"/redfish/v1/Managers/BMC/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia",
 		strings.NewReader(`{"Image":"http://images.example/busybox.iso","Inserted":true}`))
