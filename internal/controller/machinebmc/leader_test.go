@@ -76,7 +76,7 @@ func TestOnlyTheLeaderServes(t *testing.T) {
 	}).WithTimeout(3 * time.Second).Should(Succeed())
 
 	g.Expect(stopA()).To(Succeed())
-	g.Eventually(answers).WithTimeout(wait).WithPolling(500 * time.Millisecond).Should(Succeed(), "the new leader serves the BMC")
+	g.Eventually(answers).WithTimeout(wait).WithPolling(500*time.Millisecond).Should(Succeed(), "the new leader serves the BMC")
 	cur := &bmcv1alpha1.MachineBMC{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), cur)).To(Succeed())
 	g.Expect(cur.Status.IPMIEndpoint).To(Equal(ep), "the new leader re-used the published port")
