@@ -74,8 +74,8 @@ test: tools verify lint ## Run every test: verify, lint, unit tests and the cont
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s): the confined render file system first (.ci/run calls it).
-	@for t in render:FuzzConfinedRead render:FuzzConfinedRender render:FuzzDecode sqlengine:FuzzValidateIdentifier sqlengine:FuzzQuote dhcp:FuzzHandle; do \
-		pkg=$${t%%:*}; name=$${t#*:}; dir=./internal/gitops/$$pkg; [ $$pkg = sqlengine ] && dir=./internal/sqlengine; [ $$pkg = dhcp ] && dir=./internal/dhcp; \
+	@for t in render:FuzzConfinedRead render:FuzzConfinedRender render:FuzzDecode sqlengine:FuzzValidateIdentifier sqlengine:FuzzQuote dhcp:FuzzHandle ipmi:FuzzDecodePacket ipmi:FuzzServer; do \
+		pkg=$${t%%:*}; name=$${t#*:}; dir=./internal/gitops/$$pkg; [ $$pkg = sqlengine ] && dir=./internal/sqlengine; [ $$pkg = dhcp ] && dir=./internal/dhcp; [ $$pkg = ipmi ] && dir=./internal/bmc/ipmi; \
 		echo "fuzz: $$name ($$dir, $(FUZZTIME))"; \
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
 	done

@@ -25,6 +25,7 @@ LOADBALANCER_ARGS=${LOADBALANCER_ARGS:--services 20 -kills 10 -wrk 5s}
 MACHINES_ARGS=${MACHINES_ARGS:--n 1000 -qemu 5}
 CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000}
 DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
+BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
 SKIP=${SKIP:-}
 LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
 mkdir -p "$LOGS"
@@ -62,6 +63,7 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench machines go run ./bench/machines $MACHINES_ARGS
 	bench certificates go run ./bench/certificates $CERTIFICATES_ARGS
 	bench dhcp go run ./bench/dhcp $DHCP_ARGS
+	bench bmc go run ./bench/bmc $BMC_ARGS
 }
 
 echo

@@ -29,6 +29,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	"github.com/converge-dev/converge/internal/controller/machinebmc"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -93,6 +94,9 @@ var defaultBudgets = map[string]Budget{
 	machinectrl.ControllerName:         {QPS: 20, Burst: 30},
 	kwokmachine.ControllerName:         {QPS: 20, Burst: 30},
 	qemumachine.ControllerName:         {QPS: 10, Burst: 20},
+	// machinebmc: its budget is also the BMCs' (each accepted command is
+	// one Machine patch); 20 / 30, as the Machine controller it feeds.
+	machinebmc.ControllerName: {QPS: 20, Burst: 30},
 	// certificate, certificaterequest: a few writes per issuance (key
 	// Secret, request, Secret, status); 50 / 100 keeps 1000 Certificates
 	// within reach of the plain-loop floor (bench/certificates);

@@ -20,6 +20,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	"github.com/converge-dev/converge/internal/controller/machinebmc"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	"github.com/converge-dev/converge/internal/qemu"
+	webhookbmc "github.com/converge-dev/converge/internal/webhook/bmc"
 	webhookdhcp "github.com/converge-dev/converge/internal/webhook/dhcp"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 	webhooklb "github.com/converge-dev/converge/internal/webhook/lb"
@@ -92,6 +94,9 @@ var controllers = []controller{
 	{name: kwokmachine.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&kwokmachine.Reconciler{}).SetupWithManager(mgr)
 	}},
+	{name: machinebmc.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&machinebmc.Reconciler{}).SetupWithManager(mgr)
+	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines
 		if m.StateDir == "" {
@@ -154,6 +159,7 @@ var webhooks = []webhookSet{
 	{name: "machine", setup: webhookmachine.Machine{}.SetupWithManager},
 	{name: "ippool", setup: webhookdhcp.IPPool{}.SetupWithManager},
 	{name: "machinenetworkconfig", setup: webhookdhcp.MachineNetworkConfig{}.SetupWithManager},
+	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
 	}},

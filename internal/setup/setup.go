@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
+	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
@@ -282,6 +283,7 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(infrastructurev1alpha1.AddToScheme(s))
 	utilruntime.Must(pkiv1alpha1.AddToScheme(s))
 	utilruntime.Must(dhcpv1alpha1.AddToScheme(s))
+	utilruntime.Must(bmcv1alpha1.AddToScheme(s))
 	return s
 }
 

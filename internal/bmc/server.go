@@ -1,0 +1,311 @@
+// Package bmc runs the virtual BMCs of every MachineBMC in one process: a
+// manager Runnable that only the leader runs, holding for each BMC one UDP
+// socket (IPMI, internal/bmc/ipmi) and one HTTPS listener (Redfish,
+// internal/bmc/redfish) on Host with ports of their own.
+//
+// One listener per BMC (rather than one per IP) because an IPMI client
+// names a BMC only by address and port: RMCP+ carries no host name, and
+// Redfish clients expect one system per service. So in local mode each BMC
+// gets its own ports on 127.0.0.1, and 1000 BMCs cost 2000 sockets in one
+// process, not 1000 Pods.
+//
+// A BMC keeps no state of its own: every accepted command is a patch of
+// the Machine's spec (powerState, bootDevice/bootOnce, image) under the
+// field manager converge-bmc, plus an Event on the Machine naming the
+// protocol, the command, the caller's address and user; what it reports
+// (power state) comes from the Machine's status in the manager's cache.
+package bmc
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/internal/bmc/ipmi"
+	"github.com/converge-dev/converge/internal/bmc/redfish"
+)
+
+// FieldManager is the field manager of the BMCs' writes to Machines.
+const FieldManager = "converge-bmc"
+
+// ErrNotStarted is returned by Ensure before the server runs (on a standby
+// replica, or before the leader's runnables started).
+var ErrNotStarted = errors.New("bmc: the BMC server is not running (not the leader yet)")
+
+// Config is what one BMC serves.
+type Config struct {
+	// Machine is the Machine the BMC controls.
+	Machine types.NamespacedName
+	// User and Password are the credentials.
+	User, Password string
+	// IPMI and Redfish select the protocols.
+	IPMI, Redfish bool
+	// IPMIPort and RedfishPort are preferred ports (the ones published
+	// before a restart); taken when free, else any free port is used.
+	IPMIPort, RedfishPort int
+}
+
+// Endpoints are where a BMC answers.
+type Endpoints struct {
+	// IPMI is host:port ("" when not served).
+	IPMI string
+	// Redfish is the https base URL ("" when not served).
+	Redfish string
+}
+
+// Server serves every BMC. Client (reads from the cache, patches
+// Machines) and Recorder must be set.
+type Server struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Host is the address listeners bind and endpoints name; 127.0.0.1
+	// when empty.
+	Host string
+	Log  logr.Logger
+
+	mu      sync.Mutex
+	ctx     context.Context
+	cert    *tls.Certificate
+	pool    *x509.CertPool
+	bmcs    map[types.NamespacedName]*instance
+	running bool
+	wg      sync.WaitGroup
+}
+
+type creds struct{ user, password string }
+
+type instance struct {
+	cfg     Config
+	creds   atomic.Pointer[creds]
+	backend *machineBackend
+	udp     net.PacketConn
+	ipmi    *ipmi.Server
+	https   *http.Server
+	ln      net.Listener
+	cancel  context.CancelFunc
+	ep      Endpoints
+}
+
+// NeedLeaderElection makes the server run on the leader only: a standby
+// replica does not answer for BMCs it does not own.
+func (s *Server) NeedLeaderElection() bool { return true }
+
+// Start runs until ctx ends, then closes every BMC.
+func (s *Server) Start(ctx context.Context) error {
+	cert, pool, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ctx, s.cert, s.pool, s.running = ctx, cert, pool, true
+	if s.bmcs == nil {
+		s.bmcs = map[types.NamespacedName]*instance{}
+	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	s.running = false
+	for k, in := range s.bmcs {
+		in.stop()
+		delete(s.bmcs, k)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) host() string {
+	if s.Host == "" {
+		return "127.0.0.1"
+	}
+	return s.Host
+}
+
+// RootCAs trusts the Redfish certificate (the controller's probe uses
+// it); nil before Start.
+func (s *Server) RootCAs() *x509.CertPool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pool
+}
+
+// Len is the number of BMCs served.
+func (s *Server) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bmcs)
+}
+
+// Ensure serves the BMC key with cfg, starting it or updating its
+// credentials in place (the next session uses them; Redfish sessions
+// opened with the old ones end).
+func (s *Server) Ensure(key types.NamespacedName, cfg Config) (Endpoints, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return Endpoints{}, ErrNotStarted
+	}
+	if in := s.bmcs[key]; in != nil {
+		if in.cfg.Machine == cfg.Machine && in.cfg.IPMI == cfg.IPMI && in.cfg.Redfish == cfg.Redfish {
+			in.creds.Store(&creds{cfg.User, cfg.Password})
+			return in.ep, nil
+		}
+		in.stop()
+		delete(s.bmcs, key)
+	}
+	in, err := s.start(key, cfg)
+	if err != nil {
+		return Endpoints{}, err
+	}
+	s.bmcs[key] = in
+	return in.ep, nil
+}
+
+// Remove stops the BMC key, if served.
+func (s *Server) Remove(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.bmcs[key]; in != nil {
+		in.stop()
+		delete(s.bmcs, key)
+	}
+}
+
+func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	in := &instance{cfg: cfg, cancel: cancel}
+	in.creds.Store(&creds{cfg.User, cfg.Password})
+	in.backend = &machineBackend{srv: s, key: cfg.Machine, creds: &in.creds, bmc: key, ctx: ctx}
+	host := s.host()
+	if cfg.IPMI {
+		conn, err := listenUDP(host, cfg.IPMIPort)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("listening for IPMI: %w", err)
+		}
+		in.udp = conn
+		sum := sha256.Sum256([]byte(key.String()))
+		in.ipmi = &ipmi.Server{Backend: ipmiBackend{in.backend}, Log: s.Log.WithValues("MachineBMC", key.String())}
+		copy(in.ipmi.GUID[:], sum[:16])
+		in.ep.IPMI = conn.LocalAddr().String()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := in.ipmi.Serve(ctx, conn); err != nil {
+				s.Log.Error(err, "IPMI listener stopped", "MachineBMC", key.String())
+			}
+		}()
+	}
+	if cfg.Redfish {
+		ln, err := listenTCP(host, cfg.RedfishPort)
+		if err != nil {
+			in.stop()
+			return nil, fmt.Errorf("listening for Redfish: %w", err)
+		}
+		in.ln = ln
+		in.https = &http.Server{
+			Handler:           &redfish.Service{Backend: redfishBackend{in.backend}},
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{*s.cert}, MinVersion: tls.VersionTLS12},
+			ErrorLog:          nil,
+		}
+		in.ep.Redfish = "https://" + ln.Addr().String()
+		tln := tls.NewListener(ln, in.https.TLSConfig)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := in.https.Serve(tln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.Log.Error(err, "Redfish listener stopped", "MachineBMC", key.String())
+			}
+		}()
+	}
+	return in, nil
+}
+
+func (in *instance) stop() {
+	in.cancel()
+	if in.udp != nil {
+		_ = in.udp.Close()
+	}
+	if in.https != nil {
+		_ = in.https.Close()
+	} else if in.ln != nil {
+		_ = in.ln.Close()
+	}
+}
+
+func listenUDP(host string, port int) (net.PacketConn, error) {
+	if port > 0 {
+		if c, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port))); err == nil {
+			return c, nil
+		}
+	}
+	return net.ListenPacket("udp", net.JoinHostPort(host, "0"))
+}
+
+func listenTCP(host string, port int) (net.Listener, error) {
+	if port > 0 {
+		if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", net.JoinHostPort(host, "0"))
+}
+
+// selfSigned makes the Redfish certificate: ECDSA P-256, for 127.0.0.1,
+// ::1 and localhost, a year long, made afresh at every start.
+func selfSigned() (*tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "converge-bmc"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
+}
