@@ -9,12 +9,14 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/internal/dhcp"
 	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -123,6 +125,9 @@ func TestStaticDynamicExhaustionRelease(t *testing.T) {
 		readyReason(g, p.Status.Conditions, dhcpv1alpha1.ReadyCondition, dhcpv1alpha1.PoolExhaustedReason)
 		g.Expect(p.Status.IPv4.Used).To(Equal(int32(3)))
 		g.Expect(p.Status.IPv4.Available).To(Equal(int32(0)))
+		// The same counts as metrics (the manager runs in this process).
+		g.Expect(testutil.ToFloat64(dhcp.PoolUsed.WithLabelValues(ns, "lan", "lan"))).To(Equal(3.0))
+		g.Expect(testutil.ToFloat64(dhcp.PoolAvailable.WithLabelValues(ns, "lan", "lan"))).To(Equal(0.0))
 	}).Should(Succeed())
 
 	// Another static claim of a held address is refused, naming the holder.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
+	"github.com/converge-dev/converge/internal/dhcp"
 	"github.com/converge-dev/converge/internal/ippool"
 )
 
@@ -22,6 +24,10 @@ import (
 func (r *Reconciler) reconcilePool(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pool := &dhcpv1alpha1.IPPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			dhcp.PoolUsed.DeletePartialMatch(prometheus.Labels{"namespace": req.Namespace, "name": req.Name})
+			dhcp.PoolAvailable.DeletePartialMatch(prometheus.Labels{"namespace": req.Namespace, "name": req.Name})
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	p, errs := ippool.Parse(&pool.Spec, nil)
@@ -52,6 +58,8 @@ func (r *Reconciler) reconcilePool(ctx context.Context, req ctrl.Request) (ctrl.
 	probe := pool.DeepCopy()
 	probe.Status.IPv4.Allocated = slices.DeleteFunc(probe.Status.IPv4.Allocated, func(a dhcpv1alpha1.Allocation) bool { return gone[allocKey(a)] })
 	poolStatus(probe, p)
+	dhcp.PoolUsed.WithLabelValues(pool.Namespace, pool.Name, pool.Spec.NetworkName).Set(float64(probe.Status.IPv4.Used))
+	dhcp.PoolAvailable.WithLabelValues(pool.Namespace, pool.Name, pool.Spec.NetworkName).Set(float64(probe.Status.IPv4.Available))
 	if equality.Semantic.DeepEqual(probe.Status, pool.Status) {
 		return ctrl.Result{}, nil
 	}
