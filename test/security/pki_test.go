@@ -34,7 +34,10 @@ func caSecret(t *testing.T, ns, name string) *corev1.Secret {
 		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: keyPEM}}
 }
 
-func issuerReason(t *testing.T, g Gomega, iss *pkiv1alpha1.Issuer) string {
+// waitIssuerReason waits until the Issuer's Ready condition has the reason
+// (an issuer can show another reason first, before its cache has the CA
+// Secret) and returns it.
+func waitIssuerReason(t *testing.T, g Gomega, iss *pkiv1alpha1.Issuer, want string) string {
 	t.Helper()
 	var reason string
 	testenv.Eventually(g, func(g Gomega) {
@@ -42,6 +45,7 @@ func issuerReason(t *testing.T, g Gomega, iss *pkiv1alpha1.Issuer) string {
 		c := meta.FindStatusCondition(iss.Status.Conditions, pkiv1alpha1.ReadyCondition)
 		g.Expect(c).NotTo(BeNil())
 		reason = c.Reason
+		g.Expect(reason).To(Equal(want), "Ready: %s: %s", c.Reason, c.Message)
 	}).Should(Succeed())
 	return reason
 }
@@ -56,12 +60,16 @@ func TestPKIAnotherNamespacesCA(t *testing.T) {
 	g.Expect(env.Client.Create(t.Context(), caSecret(t, victim, "victim-ca"))).To(Succeed())
 	victimIssuer := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: victim, Name: "victim"}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "victim-ca"}}}
 	g.Expect(env.Client.Create(t.Context(), victimIssuer)).To(Succeed())
-	g.Expect(issuerReason(t, g, victimIssuer)).To(Equal(pkiv1alpha1.IssuerReadyReason), "control: the victim's issuer works")
+	g.Expect(waitIssuerReason(t, g, victimIssuer, pkiv1alpha1.IssuerReadyReason)).To(Equal(pkiv1alpha1.IssuerReadyReason), "control: the victim's issuer works")
 
 	// The attacker names the victim's Secret from its own namespace.
 	steal := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: attacker, Name: "steal"}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "victim-ca"}}}
 	g.Expect(env.Client.Create(t.Context(), steal)).To(Succeed())
-	g.Expect(issuerReason(t, g, steal)).To(Equal(pkiv1alpha1.CASecretInvalidReason))
+	g.Expect(waitIssuerReason(t, g, steal, pkiv1alpha1.CASecretInvalidReason)).To(Equal(pkiv1alpha1.CASecretInvalidReason))
+	g.Consistently(func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(steal), steal)).To(Succeed())
+		g.Expect(meta.FindStatusCondition(steal.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(HaveField("Reason", pkiv1alpha1.CASecretInvalidReason))
+	}).WithTimeout(time.Second).Should(Succeed(), "and it stays refused")
 	g.Expect(steal.Status.Conditions[0].Message).To(ContainSubstring(attacker + "/victim-ca not found"))
 
 	// The attacker names the victim's Issuer.
