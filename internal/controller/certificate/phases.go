@@ -152,7 +152,11 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 			r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, BackoffResetReason, "Issue",
 				"The spec changed since the last failed attempt (%d): retrying now", n)
 			c.Status.FailedIssuanceAttempts, c.Status.LastFailureTime, c.Status.NextRetryTime = nil, nil, nil
-			n = 0
+			// Write the reset first and go on only once the cache shows it:
+			// the failed request is what tells a spec change apart, so it
+			// must not be replaced while a stale read could still count it.
+			s.wait(pkiv1alpha1.RequestPendingReason, "the spec changed since the last failed attempt; retrying now")
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
 		}
 	}
 	if n > 0 && c.Status.LastFailureTime != nil {
