@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/internal/testpeer"
 )
 
 // fakeBackend is a machine in memory.
@@ -84,19 +85,6 @@ func startServer(t *testing.T) (*Server, *fakeBackend, string) {
 	return s, b, conn.LocalAddr().String()
 }
 
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		// As testenv.NeedPeer (which this package cannot import: testenv
-		// starts the manager, which imports this package).
-		why := name + " is not installed (apt-get install ipmitool freeipmi-tools)"
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: %s", t.Name(), why)
-		}
-		t.Skipf("*** SKIPPING %s: %s ***", t.Name(), why)
-	}
-}
-
 func ipmitool(t *testing.T, addr, pass, suite string, args ...string) (string, error) {
 	t.Helper()
 	h, p, _ := net.SplitHostPort(addr)
@@ -106,7 +94,7 @@ func ipmitool(t *testing.T, addr, pass, suite string, args ...string) (string, e
 }
 
 func TestIpmitool(t *testing.T) {
-	needTool(t, "ipmitool")
+	testpeer.NeedTool(t, "ipmitool", "ipmitool")
 	for _, suite := range []string{"3", "17"} {
 		t.Run("C"+suite, func(t *testing.T) {
 			_, b, addr := startServer(t)
@@ -158,7 +146,7 @@ func TestIpmitool(t *testing.T) {
 }
 
 func TestIpmitoolWrongPassword(t *testing.T) {
-	needTool(t, "ipmitool")
+	testpeer.NeedTool(t, "ipmitool", "ipmitool")
 	s, b, addr := startServer(t)
 	for _, suite := range []string{"3", "17"} {
 		out, err := ipmitool(t, addr, "wrong", suite, "power", "off")
@@ -219,7 +207,7 @@ func TestGoClient(t *testing.T) {
 }
 
 func TestIpmipower(t *testing.T) {
-	needTool(t, "ipmipower")
+	testpeer.NeedTool(t, "ipmipower", "freeipmi-tools")
 	_, b, addr := startServer(t)
 	for _, suite := range []string{"3", "17"} {
 		run := func(arg string) string {

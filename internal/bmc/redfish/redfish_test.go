@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/converge-dev/converge/internal/testpeer"
 )
 
 type fakeBackend struct {
@@ -198,16 +199,6 @@ func TestGoClient(t *testing.T) {
 	}
 }
 
-func needRedfishtool(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("redfishtool"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redfishtool is not installed")
-		}
-		t.Skip("*** SKIPPING: redfishtool is not installed (apt-get install redfishtool) ***")
-	}
-}
-
 // Redfishtool runs redfishtool against addr (host:port).
 func Redfishtool(ctx context.Context, addr, user, pass string, args ...string) (string, error) {
 	a := append([]string{"-r", addr, "-u", user, "-p", pass, "-S", "Always", "-T", "5"}, args...)
@@ -216,7 +207,7 @@ func Redfishtool(ctx context.Context, addr, user, pass string, args ...string) (
 }
 
 func TestRedfishtool(t *testing.T) {
-	needRedfishtool(t)
+	testpeer.NeedTool(t, "redfishtool", "redfishtool")
 	srv, b := start(t)
 	addr := strings.TrimPrefix(srv.URL, "https://")
 	run := func(args ...string) string {

@@ -17,6 +17,7 @@ import (
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc/ipmi"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/internal/testpeer"
 )
 
 // A MachineBMC waits for its Machine and Secret (MachineNotFound,
@@ -83,7 +84,7 @@ func TestRedfishOnly(t *testing.T) {
 // Rotating the Secret's password: the old one stops working for IPMI and
 // Redfish, the new one works, nothing restarts (the endpoints stay).
 func TestPasswordRotation(t *testing.T) {
-	needTool(t, "ipmitool")
+	testpeer.NeedTool(t, "ipmitool", "ipmitool")
 	b, _ := readyBMC(t, "rot")
 	g := NewWithT(t)
 	s := &corev1.Secret{}
@@ -129,7 +130,7 @@ func TestWebhook(t *testing.T) {
 
 // The samples (the Machine worker-1 and its MachineBMC) work as they are.
 func TestSample(t *testing.T) {
-	needTool(t, "ipmitool")
+	testpeer.NeedTool(t, "ipmitool", "ipmitool")
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
 	bin, err := testenv.BinDir()

@@ -103,13 +103,6 @@ func hasCondition(g Gomega, conds []metav1.Condition, typ string, status metav1.
 	g.Expect(c.Status).To(Equal(status), "%s status", typ)
 }
 
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		testenv.NeedPeer(t, t.Name(), name+" is not installed (apt-get install ipmitool freeipmi-tools redfishtool)")
-	}
-}
-
 // ipmitool runs ipmitool -I lanplus against the BMC's IPMI endpoint.
 func ipmitool(t *testing.T, endpoint, pass, suite string, args ...string) (string, error) {
 	t.Helper()

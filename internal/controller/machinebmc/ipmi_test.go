@@ -8,13 +8,14 @@ import (
 	. "github.com/onsi/gomega"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/internal/testpeer"
 )
 
 // ipmitool (cipher suites 3 and 17) and freeipmi's ipmipower drive a
 // KwokMachine through its MachineBMC: every command is a write to the
 // Machine's spec and an Event on it; power status is the Machine's status.
 func TestIpmitoolDrivesTheMachine(t *testing.T) {
-	needTool(t, "ipmitool")
+	testpeer.NeedTool(t, "ipmitool", "ipmitool")
 	b, m := readyBMC(t, "ipmi")
 	ep := b.Status.IPMIEndpoint
 	g := NewWithT(t)
@@ -60,7 +61,7 @@ func TestIpmitoolDrivesTheMachine(t *testing.T) {
 	})
 
 	// freeipmi, a second, independent client.
-	needTool(t, "ipmipower")
+	testpeer.NeedTool(t, "ipmipower", "freeipmi-tools")
 	ipmipower := func(pass, arg string) (string, error) {
 		out, err := exec.CommandContext(t.Context(), "ipmipower", "-D", "LAN_2_0", "-I", "17", "-h", ep,
 			"-u", "admin", "-p", pass, "--session-timeout=5000", arg).CombinedOutput()

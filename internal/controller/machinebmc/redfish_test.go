@@ -12,6 +12,7 @@ import (
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/internal/testpeer"
 )
 
 func insecureClient() *http.Client {
@@ -44,7 +45,7 @@ func rf(t *testing.T, g Gomega, method, url, body string, hdr map[string]string)
 // redfishtool resets the Machine and sets its boot override; a Go client
 // checks ETag/If-Match (412 when stale), sessions and virtual media.
 func TestRedfishDrivesTheMachine(t *testing.T) {
-	needTool(t, "redfishtool")
+	testpeer.NeedTool(t, "redfishtool", "redfishtool")
 	b, m := readyBMC(t, "rf")
 	ep := b.Status.RedfishEndpoint
 	g := NewWithT(t)
