@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -341,7 +342,10 @@ func (r *Reconciler) waitEstablished(ctx context.Context, c client.Client, objs 
 			}
 			for _, cond := range crd.Status.Conditions {
 				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
+					// Established comes before discovery shows the kind:
+					// wait for the mapper too, or the first apply of its
+					// objects fails with "no matches for kind".
+					return r.kindResolves(crd), nil
 				}
 			}
 			return false, nil
@@ -351,4 +355,18 @@ func (r *Reconciler) waitEstablished(ctx context.Context, c client.Client, objs 
 		}
 	}
 	return nil
+}
+
+// kindResolves reports whether the RESTMapper maps a served version of
+// crd's kind.
+func (r *Reconciler) kindResolves(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, v := range crd.Spec.Versions {
+		if !v.Served {
+			continue
+		}
+		if _, err := r.Mapper.RESTMapping(schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}, v.Name); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -276,17 +276,19 @@ func (r *Reconciler) render(ctx context.Context, s *scope, dir string) ([]*unstr
 	if err != nil {
 		return nil, err
 	}
+	scopes := placement.CRDScopes(objs)
 	for _, u := range objs {
-		r.prepare(sy, u)
+		r.prepare(sy, scopes, u)
 	}
 	r.renders.put(key, rk, objs)
 	return objs, nil
 }
 
-// prepare sets the ownership labels and, when the kind maps already, the
-// namespace (placement.Namespace). A kind defined by a CRD of this same
-// render does not map yet: its namespace is decided again at apply time.
-func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructured) {
+// prepare sets the ownership labels and the namespace (placement.NamespaceIn):
+// a kind defined by a CRD of this same render does not map yet and takes
+// the scope that CRD declares, so the inventory written ahead of the apply
+// records it where it will be.
+func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, scopes placement.Scopes, u *unstructured.Unstructured) {
 	l := u.GetLabels()
 	if l == nil {
 		l = map[string]string{}
@@ -294,7 +296,7 @@ func (r *Reconciler) prepare(sy *gitopsv1alpha1.Sync, u *unstructured.Unstructur
 	l[gitopsv1alpha1.SyncNameLabel] = sy.Name
 	l[gitopsv1alpha1.SyncNamespaceLabel] = sy.Namespace
 	u.SetLabels(l)
-	if ns, err := placement.Namespace(r.Mapper, sy, u); err == nil {
+	if ns, err := placement.NamespaceIn(r.Mapper, scopes, sy, u); err == nil {
 		u.SetNamespace(ns)
 	}
 }

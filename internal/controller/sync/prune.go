@@ -87,6 +87,9 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 // cannot), and not opted out with converge.dev/prune: disabled. It reports
 // whether it deleted; a vanished or foreign object is dropped silently.
 func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1alpha1.Sync, ref gitopsv1alpha1.ObjectRef) (bool, error) {
+	if r.misplaced(ref) {
+		return false, nil
+	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvkOf(ref))
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
@@ -122,6 +125,9 @@ func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1
 func (r *Reconciler) existing(ctx context.Context, c client.Client, refs []gitopsv1alpha1.ObjectRef) ([]gitopsv1alpha1.ObjectRef, error) {
 	var out []gitopsv1alpha1.ObjectRef
 	for _, ref := range refs {
+		if r.misplaced(ref) {
+			continue
+		}
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(gvkOf(ref))
 		err := c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, m)
@@ -134,6 +140,20 @@ func (r *Reconciler) existing(ctx context.Context, c client.Client, refs []gitop
 		}
 	}
 	return out, nil
+}
+
+// misplaced reports an inventory entry of a namespaced kind without a
+// namespace: no such object can exist. Releases before placement.NamespaceIn
+// recorded objects of a kind whose CRD came in the same revision that way;
+// reading one would be a cluster-scoped read the tenant may not make, and
+// would hold the prune (ReadForbidden) for good.
+func (r *Reconciler) misplaced(ref gitopsv1alpha1.ObjectRef) bool {
+	if ref.Namespace != "" {
+		return false
+	}
+	gvk := gvkOf(ref)
+	m, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	return err == nil && m.Scope.Name() == meta.RESTScopeNameNamespace
 }
 
 func appliedByUs(mfs []metav1.ManagedFieldsEntry) bool {

@@ -54,3 +54,38 @@ func TestNamespace(t *testing.T) {
 		t.Errorf("unknown kind: err = %v, want ErrUnknownKind", err)
 	}
 }
+
+// TestNamespaceOfAKindDefinedInTheSameRender: a kind the API server does not
+// serve yet takes the scope its CRD in the render declares — namespaced
+// kinds go where namespaced kinds go, cluster-scoped ones stay — and a kind
+// no CRD defines is still ErrUnknownKind.
+func TestNamespaceOfAKindDefinedInTheSameRender(t *testing.T) {
+	m := meta.NewDefaultRESTMapper(nil)
+	crd := func(kind, scope string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+			"spec": map[string]any{"group": "example.com", "names": map[string]any{"kind": kind}}}}
+		if scope != "" {
+			_ = unstructured.SetNestedField(u.Object, scope, "spec", "scope")
+		}
+		return u
+	}
+	obj := func(kind string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("example.com/v1")
+		u.SetKind(kind)
+		u.SetName("x")
+		return u
+	}
+	scopes := CRDScopes([]*unstructured.Unstructured{crd("Gadget", "Namespaced"), crd("Fleet", "Cluster"), crd("Thing", ""), obj("Gadget")})
+	sy := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant"}}
+	for kind, want := range map[string]string{"Gadget": "tenant", "Fleet": "", "Thing": "tenant"} {
+		got, err := NamespaceIn(m, scopes, sy, obj(kind))
+		if err != nil || got != want {
+			t.Errorf("%s: NamespaceIn = %q, %v; want %q", kind, got, err, want)
+		}
+	}
+	if _, err := NamespaceIn(m, scopes, sy, obj("Widget")); !errors.Is(err, ErrUnknownKind) {
+		t.Errorf("kind no CRD defines: err = %v, want ErrUnknownKind", err)
+	}
+}
