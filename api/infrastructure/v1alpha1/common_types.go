@@ -17,7 +17,9 @@ type MachineSpecFields struct {
 	// +kubebuilder:validation:MaxLength=512
 	ProviderID string `json:"providerID,omitempty"`
 
-	// powerState is the wanted power state. Default On.
+	// powerState is the wanted power state. Default On, except that a
+	// QemuMachine no Machine controls yet starts nothing until it is set
+	// (its Machine writes it together with the NICs).
 	// +optional
 	PowerState machinev1alpha1.PowerState `json:"powerState,omitempty"`
 
@@ -103,6 +105,11 @@ const (
 	NetworkUnavailableReason = "NetworkUnavailable"
 	// StartFailedReason: QEMU failed to start; the message holds its error.
 	StartFailedReason = "StartFailed"
+	// WaitingForMachineReason: a QemuMachine no Machine controls yet and
+	// whose spec.powerState is unset starts nothing: its Machine writes the
+	// power state and the NICs in one patch, and a VM started before that
+	// would boot without its network.
+	WaitingForMachineReason = "WaitingForMachine"
 	// NodeConflictReason: a Node with the KwokMachine's name exists and was
 	// not made for it; it is never adopted.
 	NodeConflictReason = "NodeConflict"

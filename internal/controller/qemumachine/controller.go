@@ -146,6 +146,11 @@ func bootDevice(qm *infrastructurev1alpha1.QemuMachine) machinev1alpha1.BootDevi
 func (r *Reconciler) reconcileVM(ctx context.Context, qm *infrastructurev1alpha1.QemuMachine) (ctrl.Result, error) {
 	vm := id(qm)
 	qm.Status.ConsoleLog = r.Host.ConsoleLog(vm)
+	if qm.Spec.PowerState == "" && metav1.GetControllerOf(qm) == nil && r.Host.PID(vm) == 0 {
+		setReady(qm, metav1.ConditionFalse, infrastructurev1alpha1.WaitingForMachineReason,
+			"no Machine controls this QemuMachine yet and spec.powerState is unset: nothing is started until a Machine takes it (with its NICs) or spec.powerState is set")
+		return ctrl.Result{}, nil
+	}
 	if qm.Spec.PowerState == machinev1alpha1.PowerOff {
 		grace := max(r.PowerDownGrace, 0)
 		if err := r.Host.Stop(ctx, vm, grace); err != nil {

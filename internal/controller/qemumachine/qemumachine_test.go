@@ -44,10 +44,18 @@ func readyReason(qm *infrastructurev1alpha1.QemuMachine) string {
 	return ""
 }
 
+// newQM makes a QemuMachine with one NIC, powered On by its own spec (as a
+// QemuMachine used without a Machine must be).
 func newQM(t *testing.T, ns, name, image string, labels map[string]string) *infrastructurev1alpha1.QemuMachine {
+	return newQMPower(t, ns, name, image, labels, machinev1alpha1.PowerOn)
+}
+
+// newQMPower is newQM with spec.powerState given ("" leaves it to a Machine).
+func newQMPower(t *testing.T, ns, name, image string, labels map[string]string, power machinev1alpha1.PowerState) *infrastructurev1alpha1.QemuMachine {
 	qm := &infrastructurev1alpha1.QemuMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
 	qm.Spec.Image = image
 	qm.Spec.NetworkInterfaces = []machinev1alpha1.NetworkInterface{{Name: "eth0", Network: "lan", MACAddress: "02:00:00:00:02:01"}}
+	qm.Spec.PowerState = power
 	NewWithT(t).Expect(env.Client.Create(t.Context(), qm)).To(Succeed())
 	t.Cleanup(func() { // the VM goes with the object
 		_ = env.Client.Delete(t.Context(), qm)
@@ -58,14 +66,23 @@ func newQM(t *testing.T, ns, name, image string, labels map[string]string) *infr
 	return qm
 }
 
-// A Machine backed by a QemuMachine: a real VM boots (its console shows
-// init), powers off (the QEMU process exits), powers on (boots again) and
-// resets (boots again in the same process).
+// A Machine backed by a QemuMachine: the QemuMachine, made first and
+// without a power state, starts nothing until its Machine takes it
+// (WaitingForMachine: a VM started then would boot without its NICs); then
+// a real VM boots (its console shows init), powers off (the QEMU process
+// exits), powers on (boots again) and resets (boots again in the same
+// process).
 func TestQemuMachineLifecycle(t *testing.T) {
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
 	g := NewWithT(t)
-	newQM(t, ns, "vm", "busybox", nil)
+	newQMPower(t, ns, "vm", "busybox", nil, "")
+	g.Eventually(func(g Gomega) {
+		qm := getQM(t, g, ns, "vm")
+		g.Expect(readyReason(qm)).To(Equal(infrastructurev1alpha1.WaitingForMachineReason))
+		g.Expect(qm.Status.PID).To(BeZero())
+		g.Expect(qm.Status.ObservedGeneration).To(Equal(qm.Generation))
+	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
 	m := &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"},
 		Spec: machinev1alpha1.MachineSpec{Image: "busybox", InfrastructureRef: machinev1alpha1.InfrastructureReference{
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "QemuMachine", Name: "vm"}}}
