@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
@@ -137,6 +138,10 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 			return err
 		}
 	}
+	before, err := apicount.Scrape(ctx, env.Clientset)
+	if err != nil {
+		return err
+	}
 	created := make([]time.Time, n)
 	start = time.Now()
 	if err := parallel(n, func(i int) error {
@@ -164,6 +169,14 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 		time.Sleep(100 * time.Millisecond)
 	}
 	total := time.Since(start)
+	time.Sleep(time.Second) // let trailing writes land in the count
+	after, err := apicount.Scrape(ctx, env.Clientset)
+	if err != nil {
+		return err
+	}
+	// The controllers' writes: what the client-side budget is spent on.
+	writes := after.Minus(before).Writes("certificates", "certificaterequests", "secrets", "events")
+	fmt.Fprintf(os.Stderr, "API writes for %d Certificates: %s\n", n, writes)
 	lat := make([]float64, 0, n)
 	for i := range n {
 		lat = append(lat, readyAt[fmt.Sprintf("c%d", i)].Sub(created[i]).Seconds())
@@ -173,6 +186,7 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 	benchout.Ratio("certificates.all_ready_seconds", total.Seconds(), "s", total.Seconds()/floor.Seconds())
 	benchout.Line("certificates.p50_issue_seconds", lat[len(lat)/2], "s")
 	benchout.Line("certificates.p99_issue_seconds", lat[len(lat)*99/100], "s")
+	benchout.Line("certificates.writes_per_certificate", (writes.Total()-float64(n))/float64(n), "")
 	return nil
 }
 

@@ -35,9 +35,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
@@ -147,8 +145,8 @@ func run(ctx context.Context, n int32, runs int, timeout time.Duration) error {
 				return err
 			}
 			s.up, s.roll = append(s.up, up), append(s.roll, roll)
-			s.upReq = append(s.upReq, mid.minus(before).of(s.resource))
-			s.rollReq = append(s.rollReq, after.minus(mid).of(s.resource))
+			s.upReq = append(s.upReq, of(mid.Minus(before), s.resource))
+			s.rollReq = append(s.rollReq, of(after.Minus(mid), s.resource))
 			fmt.Fprintf(os.Stderr, "%s run %d: 0 -> %d in %s, rolling update in %s\n", s.name, r+1, n, up.Round(time.Millisecond), roll.Round(time.Millisecond))
 
 			// Clean up before the other side runs (not timed).
@@ -256,51 +254,10 @@ func kcm() *side {
 }
 
 // counts are apiserver_request_total by "verb resource[/subresource]".
-type counts map[string]float64
+type counts = apicount.Counts
 
 func scrape(ctx context.Context, env *testenv.Environment) (counts, error) {
-	body, err := env.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading kube-apiserver metrics: %w", err)
-	}
-	defer func() { _ = body.Close() }()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(body)
-	if err != nil {
-		return nil, fmt.Errorf("parsing kube-apiserver metrics: %w", err)
-	}
-	out := counts{}
-	fam := fams["apiserver_request_total"]
-	if fam == nil {
-		return nil, fmt.Errorf("kube-apiserver exposes no apiserver_request_total")
-	}
-	for _, m := range fam.GetMetric() {
-		l := labels(m)
-		key := l["verb"] + " " + l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
-		}
-		out[key] += m.GetCounter().GetValue()
-	}
-	return out, nil
-}
-
-func labels(m *dto.Metric) map[string]string {
-	out := map[string]string{}
-	for _, lp := range m.GetLabel() {
-		out[lp.GetName()] = lp.GetValue()
-	}
-	return out
-}
-
-func (c counts) minus(o counts) counts {
-	out := counts{}
-	for k, v := range c {
-		if d := v - o[k]; d > 0 {
-			out[k] = d
-		}
-	}
-	return out
+	return apicount.Scrape(ctx, env.Clientset)
 }
 
 // requests are the API requests attributable to one side's controllers:
@@ -312,7 +269,7 @@ type requests struct {
 	by    map[string]float64
 }
 
-func (c counts) of(resources []string) requests {
+func of(c counts, resources []string) requests {
 	r := requests{by: map[string]float64{}}
 	own := map[string]bool{"events": true}
 	for _, res := range resources {
