@@ -23,7 +23,8 @@ FAIRNESS_ARGS=${FAIRNESS_ARGS:--objects 5000 -replicas 100 -runs 1}
 FAILOVER_ARGS=${FAILOVER_ARGS:--objects 1000 -kills 5 -terms 5}
 LOADBALANCER_ARGS=${LOADBALANCER_ARGS:--services 20 -kills 10 -wrk 5s}
 MACHINES_ARGS=${MACHINES_ARGS:--n 1000 -qemu 5}
-CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000}
+CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000 -secrets 10000}
+CERTIFICATES_ALL_ARGS=${CERTIFICATES_ALL_ARGS:--n 1000 -secrets 10000 -all-secret-data}
 DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
 BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
 SKIP=${SKIP:-}
@@ -62,6 +63,7 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench loadbalancer go run ./bench/loadbalancer $LOADBALANCER_ARGS
 	bench machines go run ./bench/machines $MACHINES_ARGS
 	bench certificates go run ./bench/certificates $CERTIFICATES_ARGS
+	bench certificates-all-secrets go run ./bench/certificates $CERTIFICATES_ALL_ARGS
 	bench dhcp go run ./bench/dhcp $DHCP_ARGS
 	bench bmc go run ./bench/bmc $BMC_ARGS
 }

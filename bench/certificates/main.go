@@ -17,7 +17,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,6 +36,7 @@ import (
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/pki"
@@ -46,10 +50,12 @@ func main() {
 	burst := flag.Int("burst", 100, "client-side burst, as -qps")
 	alg := flag.String("algorithm", pkiv1alpha1.ECDSAKeyAlgorithm, "key algorithm (RSA makes the crypto dominate)")
 	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
+	secrets := flag.Int("secrets", 10000, "unrelated 10 KiB Secrets created after the Certificates are Ready, before the memory is read")
+	allData := flag.Bool("all-secret-data", false, "run the manager with --cache-all-secret-data (every Secret's data cached)")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout)
+	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout, *secrets, *allData)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "certificates:", err)
@@ -59,12 +65,13 @@ func main() {
 
 const workers = 8
 
-func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration) error {
+func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration, secrets int, allData bool) error {
 	fmt.Fprintf(os.Stderr, "starting the local control plane; %d Certificates (%s), budget %v QPS / burst %d, %d workers\n", n, alg, qps, burst, workers)
 	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
 		o.Controllers = []string{"issuer", "certificaterequest", "certificate"}
 		o.KubeAPIQPS = map[string]float32{certificate.ControllerName: qps, certificaterequest.ControllerName: qps}
 		o.KubeAPIBurst = map[string]int{certificate.ControllerName: burst, certificaterequest.ControllerName: burst}
+		o.CacheAllSecretData = allData
 	}})
 	if err != nil {
 		return err
@@ -182,11 +189,54 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 		lat = append(lat, readyAt[fmt.Sprintf("c%d", i)].Sub(created[i]).Seconds())
 	}
 	sort.Float64s(lat)
-	benchout.Line("certificates.floor_seconds", floor.Seconds(), "s")
-	benchout.Ratio("certificates.all_ready_seconds", total.Seconds(), "s", total.Seconds()/floor.Seconds())
-	benchout.Line("certificates.p50_issue_seconds", lat[len(lat)/2], "s")
-	benchout.Line("certificates.p99_issue_seconds", lat[len(lat)*99/100], "s")
-	benchout.Line("certificates.writes_per_certificate", (writes.Total()-float64(n))/float64(n), "")
+	benchout.Line(prefix(allData)+".floor_seconds", floor.Seconds(), "s")
+	benchout.Ratio(prefix(allData)+".all_ready_seconds", total.Seconds(), "s", total.Seconds()/floor.Seconds())
+	benchout.Line(prefix(allData)+".p50_issue_seconds", lat[len(lat)/2], "s")
+	benchout.Line(prefix(allData)+".p99_issue_seconds", lat[len(lat)*99/100], "s")
+	benchout.Line(prefix(allData)+".writes_per_certificate", (writes.Total()-float64(n))/float64(n), "")
+	return memory(ctx, env.Client, n, secrets, allData)
+}
+
+// prefix names the BENCH lines: a run with every Secret's data cached is
+// another series.
+func prefix(allData bool) string {
+	if allData {
+		return "certificates_all_secret_data"
+	}
+	return "certificates"
+}
+
+// memory creates secrets unrelated 10 KiB Secrets, lets the manager's
+// informer take them in, and prints the process's memory (the manager and
+// this benchmark's client are one process; the control plane is not).
+func memory(ctx context.Context, c client.Client, n, secrets int, allData bool) error {
+	if secrets > 0 {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}); err != nil {
+			return err
+		}
+		data := []byte(strings.Repeat("x", 10<<10))
+		if err := parallel(secrets, func(i int) error {
+			return c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "unrelated", Name: fmt.Sprintf("s%05d", i)},
+				Data: map[string][]byte{"blob": data}})
+		}); err != nil {
+			return err
+		}
+	}
+	time.Sleep(5 * time.Second) // the informer takes them in
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, anon, _ := procmem.RSS()
+	debug.FreeOSMemory()
+	after, _, _ := procmem.RSS()
+	mode := "only labelled Secrets' data cached (default)"
+	if allData {
+		mode = "every Secret's data cached (--cache-all-secret-data)"
+	}
+	fmt.Fprintf(os.Stderr, "memory with %d Certificates and %d unrelated 10 KiB Secrets, %s: RSS %d MiB as read (anonymous %d), %d MiB after returning freed memory, Go heap in use %d MiB\n",
+		n, secrets, mode, rss, anon, after, ms.HeapInuse>>20)
+	benchout.Line(fmt.Sprintf("%s.rss_%d_secrets", prefix(allData), secrets), float64(rss), "MiB")
+	benchout.Line(fmt.Sprintf("%s.heap_%d_secrets", prefix(allData), secrets), float64(ms.HeapInuse>>20), "MiB")
 	return nil
 }
 

@@ -46,6 +46,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -184,7 +185,7 @@ func main() {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	rss, anon, file := rssMiB()
+	rss, anon, file := procmem.RSS()
 	if *memProfile != "" {
 		if err := writeHeapProfile(*memProfile); err != nil {
 			fail(err)
@@ -192,7 +193,7 @@ func main() {
 	}
 	// What the process needs at rest: return freed pages to the OS first.
 	debug.FreeOSMemory()
-	after, _, _ := rssMiB()
+	after, _, _ := procmem.RSS()
 	add(fmt.Sprintf("process with >= %d inventory objects", *nInventory), fmt.Sprintf(
 		"RSS %d MiB as read (anonymous %d, file-backed %d: the binary's code), %d MiB after returning freed memory to the OS, Go heap in use %d MiB; manager and benchmark client in one process",
 		rss, anon, file, after, ms.HeapInuse>>20))
@@ -509,25 +510,6 @@ func median(d []time.Duration) time.Duration {
 
 // rssMiB reads the process's resident memory: in all, anonymous (heap,
 // stacks) and file-backed (the mapped binary).
-func rssMiB() (rss, anon, file int64) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1, -1, -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		for _, f := range []struct {
-			prefix string
-			v      *int64
-		}{{"VmRSS:", &rss}, {"RssAnon:", &anon}, {"RssFile:", &file}} {
-			if v, ok := strings.CutPrefix(l, f.prefix); ok {
-				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-				*f.v = kb >> 10
-			}
-		}
-	}
-	return rss, anon, file
-}
-
 func writeHeapProfile(path string) error {
 	f, err := os.Create(path)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/render"
+	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/version"
 )
@@ -62,6 +63,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf(
 		"controllers to run: '*' for all, 'name' to enable, '-name' to disable (known: %s)", strings.Join(setup.ControllerNames(), ", ")))
 	f.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "only watch these namespaces (default: all)")
+	f.BoolVar(&o.CacheAllSecretData, "cache-all-secret-data", false, "keep every Secret's data in the shared cache (default: only Secrets labelled "+secretcache.Label+"; others are read from the API server when needed)")
 	f.StringVar(&o.ShardKey, "shard-key", "", "serve only objects labelled "+setup.ShardLabel+"=<key>; without it, only objects without that label")
 	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "metrics endpoint address; '0' disables")
 	f.BoolVar(&o.SecureMetrics, "metrics-secure", o.SecureMetrics, "serve metrics over HTTPS with authentication and authorization")

@@ -15,6 +15,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/internal/secretcache"
+
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
 	"github.com/converge-dev/converge/internal/controller/cainjector"
@@ -237,16 +239,21 @@ func newControllerAPI(mgr ctrl.Manager, name string, b Budget, f *Fence) (*Contr
 	if err != nil {
 		return nil, fmt.Errorf("building the HTTP client of controller %s: %w", name, err)
 	}
-	opts := clientOptions()
-	opts.HTTPClient, opts.Scheme, opts.Mapper = hc, mgr.GetScheme(), mgr.GetRESTMapper()
-	opts.Cache.Reader = mgr.GetCache()
-	c, err := client.New(cfg, opts)
-	if err != nil {
-		return nil, fmt.Errorf("building the client of controller %s: %w", name, err)
-	}
 	r, err := client.New(cfg, client.Options{HTTPClient: hc, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return nil, fmt.Errorf("building the API reader of controller %s: %w", name, err)
+	}
+	opts := clientOptions()
+	opts.HTTPClient, opts.Scheme, opts.Mapper = hc, mgr.GetScheme(), mgr.GetRESTMapper()
+	opts.Cache.Reader = mgr.GetCache()
+	if sc, ok := mgr.GetCache().(*secretcache.Reader); ok {
+		// Secrets whose data the cache does not keep are read with this
+		// controller's own budget.
+		opts.Cache.Reader = sc.With(r)
+	}
+	c, err := client.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("building the client of controller %s: %w", name, err)
 	}
 	return &ControllerAPI{Budget: b, Config: cfg, HTTPClient: hc, Client: c, APIReader: r}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,6 +55,7 @@ import (
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/qemu"
+	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/sharding"
 	"github.com/converge-dev/converge/internal/webhookcert"
 )
@@ -74,6 +76,11 @@ type Options struct {
 	// WatchNamespaces restricts the cache to these namespaces; empty watches
 	// all.
 	WatchNamespaces []string
+	// CacheAllSecretData keeps the data of every Secret in the shared
+	// cache. By default only Secrets labelled secretcache.Label keep it;
+	// others are cached as metadata and read from the API server when a
+	// controller reads them (internal/secretcache).
+	CacheAllSecretData bool
 	// ShardKey selects the shard this manager serves (see ShardLabel).
 	ShardKey string
 
@@ -340,8 +347,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			BindAddress:   o.MetricsBindAddress,
 			SecureServing: o.SecureMetrics,
 		},
-		Cache:  cacheOptions(o),
-		Client: clientOptions(),
+		Cache:    cacheOptions(o),
+		Client:   clientOptions(),
+		NewCache: newCache(o),
 	}
 	if o.SkipControllerNameValidation {
 		mopts.Controller.SkipNameValidation = &o.SkipControllerNameValidation
@@ -538,7 +546,28 @@ func cacheOptions(o Options) cache.Options {
 	for _, obj := range shardedKinds() {
 		co.ByObject[obj] = cache.ByObject{Label: sel}
 	}
+	if !o.CacheAllSecretData {
+		co.ByObject[&corev1.Secret{}] = cache.ByObject{Transform: secretcache.Transform}
+	}
 	return co
+}
+
+// newCache builds the manager's cache: unless every Secret's data is
+// cached (--cache-all-secret-data), a secretcache.Reader around it, so that
+// every Get of a Secret through the manager's cache or any controller's
+// client returns the whole Secret.
+func newCache(o Options) cache.NewCacheFunc {
+	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+		c, err := cache.New(cfg, opts)
+		if err != nil || o.CacheAllSecretData {
+			return c, err
+		}
+		live, err := client.New(cfg, client.Options{HTTPClient: opts.HTTPClient, Scheme: opts.Scheme, Mapper: opts.Mapper})
+		if err != nil {
+			return nil, fmt.Errorf("building the manager's Secret reader: %w", err)
+		}
+		return &secretcache.Reader{Cache: c, Live: live, Data: secretcache.NewData(secretcache.DefaultDataBytes)}, nil
+	}
 }
 
 // ShardSelector selects the objects of one shard: labelled with the key, or,

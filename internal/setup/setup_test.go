@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -112,20 +113,31 @@ func TestCacheOptionsShardConvergeKindsOnly(t *testing.T) {
 	g.Expect(co.DefaultNamespaces).To(HaveLen(2))
 	g.Expect(co.DefaultNamespaces).To(HaveKey("ns1"))
 	g.Expect(co.DefaultNamespaces).To(HaveKey("ns2"))
-	g.Expect(co.ByObject).To(HaveLen(len(shardedKinds())))
+	// One entry per sharded kind, and the Secrets' (data stripped, not
+	// sharded: children carry no shard label).
+	g.Expect(co.ByObject).To(HaveLen(len(shardedKinds()) + 1))
 	for obj, by := range co.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			g.Expect(by.Label).To(BeNil())
+			g.Expect(by.Transform).NotTo(BeNil())
+			continue
+		}
 		g.Expect(reflect.TypeOf(obj).Elem().PkgPath()).To(HavePrefix("github.com/converge-dev/converge/api/"),
 			"only Converge kinds are sharded; children carry no shard label")
 		g.Expect(by.Label.String()).To(Equal(ShardSelector("a").String()))
 	}
 	g.Expect(cacheOptions(Options{}).DefaultNamespaces).To(BeEmpty(), "no namespaces: watch all")
+	g.Expect(cacheOptions(Options{CacheAllSecretData: true}).ByObject).NotTo(HaveKey(BeAssignableToTypeOf(&corev1.Secret{})),
+		"--cache-all-secret-data: Secrets cached as controller-runtime caches them")
 
 	// Every Converge kind is sharded, including the ones added after the
 	// list was first written (a QemuMachine reconciled by two managers
 	// gets two VMs).
 	kinds := map[string]bool{}
-	for obj := range co.ByObject {
-		kinds[reflect.TypeOf(obj).Elem().Name()] = true
+	for obj, by := range co.ByObject {
+		if by.Label != nil {
+			kinds[reflect.TypeOf(obj).Elem().Name()] = true
+		}
 	}
 	for _, k := range []string{"Sync", "GitRepository", "BasicDeployment", "BasicReplicaSet", "Database", "DatabaseBackup",
 		"PostgresInstance", "MariaDBInstance", "Machine", "QemuMachine", "KwokMachine", "Certificate", "CertificateRequest",

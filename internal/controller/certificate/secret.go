@@ -23,6 +23,7 @@ import (
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/secretcache"
 )
 
 // nextKeyName is the Secret holding the key of an issuance in progress.
@@ -82,7 +83,7 @@ func (r *Reconciler) nextKey(ctx context.Context, s *scope) (crypto.Signer, stri
 		return nil, "", err
 	}
 	sec = corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{pkiv1alpha1.NextPrivateKeyLabel: c.Name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{pkiv1alpha1.NextPrivateKeyLabel: c.Name, secretcache.Label: "true"}},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{corev1.TLSPrivateKeyKey: pemKey},
 	}
@@ -139,6 +140,7 @@ func (r *Reconciler) desiredMetadata(c *pkiv1alpha1.Certificate, sec *corev1.Sec
 		maps.Copy(sec.Annotations, t.Annotations)
 	}
 	sec.Labels[pkiv1alpha1.CertificateNameLabel] = c.Name
+	sec.Labels[secretcache.Label] = "true" // read on every reconcile: keep its data cached
 	name, kind, group := issuerLabels(c)
 	sec.Annotations[pkiv1alpha1.CertificateNameAnnotation] = c.Name
 	sec.Annotations[pkiv1alpha1.IssuerNameAnnotation] = name

@@ -26,6 +26,7 @@ import (
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/pkg/contract/databaseinstance"
 )
@@ -304,7 +305,7 @@ func (r *Reconciler) ensureSecretPassword(ctx context.Context, s *scope, t *targ
 	}
 	if !exists {
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-			Labels: map[string]string{sqlv1alpha1.DatabaseLabel: d.Name}}, Type: corev1.SecretTypeOpaque, Data: want}
+			Labels: map[string]string{sqlv1alpha1.DatabaseLabel: d.Name, secretcache.Label: "true"}}, Type: corev1.SecretTypeOpaque, Data: want}
 		if err := controllerutil.SetControllerReference(d, sec, r.Scheme()); err != nil {
 			return "", err
 		}

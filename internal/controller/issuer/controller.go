@@ -28,6 +28,7 @@ import (
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	"github.com/converge-dev/converge/internal/secretcache"
 )
 
 // Controller names, used with --controllers.
@@ -184,7 +185,7 @@ func (r *Reconciler) checkACME(ctx context.Context, iss issuerref.Object, ns str
 		if eerr != nil {
 			return false, pkiv1alpha1.ACMERegistrationFailedReason, "encoding the account key: " + eerr.Error(), eerr
 		}
-		s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ref.Name, Labels: map[string]string{AccountKeyLabel: "true"}},
+		s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ref.Name, Labels: map[string]string{AccountKeyLabel: "true", secretcache.Label: "true"}},
 			Data: map[string][]byte{keyName: pemKey}}
 		if cerr := r.Create(ctx, &s); cerr != nil {
 			return false, pkiv1alpha1.ACMERegistrationFailedReason, "creating the account key Secret: " + cerr.Error(), cerr

@@ -1,0 +1,190 @@
+// Package secretcache keeps the data of Secrets out of the manager's shared
+// informer cache, the memory problem cert-manager's users know well: a
+// controller that watches Secrets caches every Secret of the cluster, so ten
+// thousand unrelated 10 KiB Secrets cost a hundred megabytes or more.
+//
+// The informer keeps every Secret, but only the metadata and type of those
+// not labelled Label: Transform strips their data (and managed fields).
+// Reader wraps the cache: a Get of such a Secret reads it from the API
+// server with the caller's own client (and budget), and keeps what it read
+// in a small LRU, Data, keyed by name and resourceVersion. The cached
+// metadata tells the current resourceVersion, so an unchanged Secret read
+// again costs no request, and a changed one is never served stale beyond
+// what the informer itself would serve. Secrets Converge writes and reads
+// often (a Certificate's Secret, its next private key, an ACME account key,
+// a Database's connection Secret) carry Label and stay fully cached.
+//
+// Nothing is ever written back from a stripped object: every Get through
+// Reader returns the whole Secret.
+package secretcache
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Label marks a Secret whose data the shared cache keeps (value "true").
+// Converge sets it on the Secrets it writes; a person may set it on a
+// Secret that Converge reads often (a CA Issuer's key pair, say) to spare
+// even the first read.
+const Label = "converge.dev/cache-data"
+
+// Cached reports whether the shared cache keeps s's data.
+func Cached(s *corev1.Secret) bool { return s.Labels[Label] == "true" }
+
+// Transform strips the data of Secrets without Label before the informer
+// stores them. Other objects pass unchanged.
+func Transform(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok || Cached(s) {
+		return obj, nil
+	}
+	out := &corev1.Secret{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta, Type: s.Type, Immutable: s.Immutable}
+	out.ManagedFields = nil
+	return out, nil
+}
+
+// DefaultDataBytes bounds the Secret data Reader keeps by default.
+const DefaultDataBytes = 8 << 20
+
+// Data is the LRU of Secrets read from the API server, shared by every
+// Reader of a manager. It is safe for concurrent use.
+type Data struct {
+	mu    sync.Mutex
+	max   int
+	bytes int
+	order *list.List // of *entry, most recently used first
+	byKey map[types.NamespacedName]*list.Element
+}
+
+type entry struct {
+	key    types.NamespacedName
+	secret *corev1.Secret
+	size   int
+}
+
+// NewData returns an LRU that keeps at most maxBytes of Secret data (keys
+// and values); a single larger Secret is not kept at all.
+func NewData(maxBytes int) *Data {
+	return &Data{max: maxBytes, order: list.New(), byKey: map[types.NamespacedName]*list.Element{}}
+}
+
+// get returns a copy of the Secret kept for key at resourceVersion rv.
+func (d *Data) get(key types.NamespacedName, rv string) (*corev1.Secret, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	el, ok := d.byKey[key]
+	if !ok {
+		return nil, false
+	}
+	e := el.Value.(*entry) //nolint:forcetypeassert // the list holds only *entry
+	if e.secret.ResourceVersion != rv {
+		return nil, false
+	}
+	d.order.MoveToFront(el)
+	return e.secret.DeepCopy(), true
+}
+
+// put keeps a copy of s, evicting the least recently used beyond the bound.
+func (d *Data) put(s *corev1.Secret) {
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	size := len(key.Namespace) + len(key.Name)
+	for k, v := range s.Data {
+		size += len(k) + len(v)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.remove(key)
+	if size > d.max {
+		return
+	}
+	d.byKey[key] = d.order.PushFront(&entry{key: key, secret: s.DeepCopy(), size: size})
+	d.bytes += size
+	for d.bytes > d.max {
+		d.remove(d.order.Back().Value.(*entry).key) //nolint:forcetypeassert // the list holds only *entry
+	}
+}
+
+func (d *Data) remove(key types.NamespacedName) {
+	el, ok := d.byKey[key]
+	if !ok {
+		return
+	}
+	d.bytes -= el.Value.(*entry).size //nolint:forcetypeassert // the list holds only *entry
+	d.order.Remove(el)
+	delete(d.byKey, key)
+}
+
+// Len is the number of Secrets kept.
+func (d *Data) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.byKey)
+}
+
+// Bytes is the size of the data kept.
+func (d *Data) Bytes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.bytes
+}
+
+// Reader is a cache.Cache whose Get of a Secret not fully cached returns
+// the whole Secret: from Data when the cache's resourceVersion matches,
+// else read with Live (and kept in Data). A list of Secrets is read with
+// Live. Everything else is the cache's.
+type Reader struct {
+	cache.Cache
+	// Live reads from the API server, with the caller's budget.
+	Live client.Reader
+	// Data keeps what Live read.
+	Data *Data
+}
+
+// Get implements client.Reader.
+func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return r.Cache.Get(ctx, key, obj, opts...)
+	}
+	if err := r.Cache.Get(ctx, key, s, opts...); err != nil {
+		return err
+	}
+	if Cached(s) {
+		return nil
+	}
+	if kept, ok := r.Data.get(key, s.ResourceVersion); ok {
+		*s = *kept
+		return nil
+	}
+	live := &corev1.Secret{}
+	if err := r.Live.Get(ctx, key, live); err != nil {
+		return fmt.Errorf("reading Secret %s (its data is not cached): %w", key, err)
+	}
+	r.Data.put(live)
+	*s = *live
+	return nil
+}
+
+// With returns a Reader on the same cache and Data that reads with live:
+// each controller reads with its own client, so its reads spend its own
+// budget.
+func (r *Reader) With(live client.Reader) *Reader {
+	return &Reader{Cache: r.Cache, Live: live, Data: r.Data}
+}
+
+// List implements client.Reader: a SecretList is read from the API server,
+// so no caller ever sees stripped Secrets.
+func (r *Reader) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := l.(*corev1.SecretList); ok {
+		return r.Live.List(ctx, l, opts...)
+	}
+	return r.Cache.List(ctx, l, opts...)
+}

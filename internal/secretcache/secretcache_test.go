@@ -1,0 +1,76 @@
+package secretcache
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func secret(name, rv string, size int) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv},
+		Data: map[string][]byte{"k": []byte(strings.Repeat("x", size))}}
+}
+
+// TestDataStaysWithinItsBound: the LRU keeps at most its byte bound,
+// evicts the least recently used first, serves only the resourceVersion it
+// holds, returns copies, and never keeps a Secret larger than the bound.
+func TestDataStaysWithinItsBound(t *testing.T) {
+	g := NewWithT(t)
+	d := NewData(3000)
+	key := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)} }
+	for i := range 3 {
+		d.put(secret(fmt.Sprint(i), "1", 900))
+	}
+	g.Expect(d.Len()).To(Equal(3))
+	_, ok := d.get(key(0), "1") // 0 is now the most recently used
+	g.Expect(ok).To(BeTrue())
+	d.put(secret("3", "1", 900))
+	g.Expect(d.Bytes()).To(BeNumerically("<=", 3000))
+	_, ok = d.get(key(1), "1")
+	g.Expect(ok).To(BeFalse(), "the least recently used was kept")
+	for _, i := range []int{0, 2, 3} {
+		_, ok = d.get(key(i), "1")
+		g.Expect(ok).To(BeTrue(), "Secret %d", i)
+	}
+	_, ok = d.get(key(0), "2")
+	g.Expect(ok).To(BeFalse(), "another resourceVersion was served")
+	s, _ := d.get(key(0), "1")
+	s.Data["k"] = []byte("mutated")
+	s, _ = d.get(key(0), "1")
+	g.Expect(string(s.Data["k"])).NotTo(Equal("mutated"))
+	d.put(secret("huge", "1", 5000))
+	_, ok = d.get(types.NamespacedName{Namespace: "ns", Name: "huge"}, "1")
+	g.Expect(ok).To(BeFalse())
+	g.Expect(d.Bytes()).To(BeNumerically("<=", 3000))
+}
+
+// TestTransform: an unlabelled Secret loses its data and managed fields and
+// keeps its metadata and type; a labelled one and other objects pass as
+// they are.
+func TestTransform(t *testing.T) {
+	g := NewWithT(t)
+	s := secret("a", "7", 10)
+	s.Type = corev1.SecretTypeTLS
+	s.Labels = map[string]string{"app": "x"}
+	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	out, err := Transform(s)
+	g.Expect(err).NotTo(HaveOccurred())
+	st := out.(*corev1.Secret)
+	g.Expect(st.Data).To(BeNil())
+	g.Expect(st.ManagedFields).To(BeNil())
+	g.Expect(st.Labels).To(Equal(map[string]string{"app": "x"}))
+	g.Expect(st.ResourceVersion).To(Equal("7"))
+	g.Expect(st.Type).To(Equal(corev1.SecretTypeTLS))
+	g.Expect(s.Data).NotTo(BeNil(), "the input was changed")
+	s.Labels[Label] = "true"
+	out, _ = Transform(s)
+	g.Expect(out).To(BeIdenticalTo(s))
+	cm := &corev1.ConfigMap{}
+	out, _ = Transform(cm)
+	g.Expect(out).To(BeIdenticalTo(cm))
+}

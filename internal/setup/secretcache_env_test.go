@@ -1,0 +1,115 @@
+package setup_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/internal/secretcache"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+// countingReader counts the Secret reads that reach the API server.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int32
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestSecretDataStaysOutOfTheCache: a manager's informer keeps an
+// unlabelled Secret's metadata but not its data, and a labelled one whole;
+// every client of the manager (its own, a controller's, the cache itself)
+// still reads the whole Secret. An unchanged Secret read again costs no
+// request; a changed one is read again, never served stale once the cache
+// has seen the change; a list of Secrets is whole too.
+func TestSecretDataStaysOutOfTheCache(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	cv := newUnstartedManager(t, []string{"issuer"}, nil, nil)
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cv.Manager.Start(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ns := env.NewNamespace(t)
+	big := strings.Repeat("x", 10<<10)
+	plain := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"}, Data: map[string][]byte{"k": []byte(big)}}
+	kept := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept", Labels: map[string]string{secretcache.Label: "true"}},
+		Data: map[string][]byte{"k": []byte("v")}}
+	g.Expect(env.Client.Create(ctx, plain)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, kept)).To(Succeed())
+
+	sc, ok := cv.Manager.GetCache().(*secretcache.Reader)
+	g.Expect(ok).To(BeTrue(), "the manager's cache is %T, not a secretcache.Reader", cv.Manager.GetCache())
+	raw := sc.Cache
+	testenv.Eventually(g, func(g Gomega) {
+		s := &corev1.Secret{}
+		g.Expect(raw.Get(ctx, client.ObjectKeyFromObject(plain), s)).To(Succeed())
+		g.Expect(s.ResourceVersion).NotTo(BeEmpty())
+		g.Expect(s.Data).To(BeEmpty(), "the informer keeps an unlabelled Secret's data")
+		g.Expect(s.ManagedFields).To(BeEmpty())
+		g.Expect(raw.Get(ctx, client.ObjectKeyFromObject(kept), s)).To(Succeed())
+		g.Expect(string(s.Data["k"])).To(Equal("v"), "a labelled Secret is cached whole")
+	}).Should(Succeed())
+
+	for name, c := range map[string]client.Reader{"manager client": cv.Manager.GetClient(), "manager cache": cv.Manager.GetCache(),
+		"issuer controller client": cv.APIs["issuer"].Client} {
+		s := &corev1.Secret{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(plain), s)).To(Succeed(), name)
+		g.Expect(string(s.Data["k"])).To(Equal(big), name)
+	}
+	l := &corev1.SecretList{}
+	g.Expect(cv.APIs["issuer"].Client.List(ctx, l, client.InNamespace(ns))).To(Succeed())
+	g.Expect(l.Items).To(HaveLen(2))
+	for _, s := range l.Items {
+		g.Expect(s.Data).NotTo(BeEmpty(), "listed Secret %s", s.Name)
+	}
+
+	// The LRU: one read for an unchanged Secret, one more after a change.
+	live := &countingReader{Reader: env.Client}
+	r := &secretcache.Reader{Cache: raw, Live: live, Data: secretcache.NewData(1 << 20)}
+	read := func(g Gomega) string {
+		s := &corev1.Secret{}
+		g.Expect(r.Get(ctx, client.ObjectKeyFromObject(plain), s)).To(Succeed())
+		return string(s.Data["k"])
+	}
+	g.Expect(read(g)).To(Equal(big))
+	g.Expect(read(g)).To(Equal(big))
+	g.Expect(live.gets.Load()).To(BeEquivalentTo(1), "an unchanged Secret was read from the API server again")
+	plain.Data = map[string][]byte{"k": []byte("changed")}
+	g.Expect(env.Client.Update(ctx, plain)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) { g.Expect(read(g)).To(Equal("changed")) }).Should(Succeed())
+	before := live.gets.Load()
+	g.Expect(read(g)).To(Equal("changed"))
+	g.Expect(live.gets.Load()).To(Equal(before))
+	g.Expect(r.Data.Len()).To(Equal(1))
+}
+
+// TestAllSecretDataCanBeCached: --cache-all-secret-data keeps the informer
+// as controller-runtime makes it.
+func TestAllSecretDataCanBeCached(t *testing.T) {
+	testenv.Need(t, env)
+	o := setup.DefaultOptions()
+	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
+	o.Webhook.Disabled = true
+	o.SkipControllerNameValidation = true
+	o.GitOps.CacheDir = t.TempDir()
+	o.Controllers = []string{"issuer"}
+	o.CacheAllSecretData = true
+	cv, err := setup.New(t.Context(), env.Config, o)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	_, wrapped := cv.Manager.GetCache().(*secretcache.Reader)
+	NewWithT(t).Expect(wrapped).To(BeFalse())
+}
