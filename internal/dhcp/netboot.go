@@ -151,8 +151,7 @@ type caller struct {
 	server netip.AddrPort
 }
 
-// pool checks that the request reached a network boot pool's server
-// address and returns that address.
+// localServer is the address (and port) the request reached.
 func (b *BootServer) localServer(r *http.Request) (netip.AddrPort, bool) {
 	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok {

@@ -49,7 +49,7 @@ func BuildMarkedImage(ctx context.Context, store, base, name string) error {
 		return err
 	}
 	init := strings.Replace(initScript, `echo "`+InitMarker+`"`, `echo "`+InitMarker+`"`+"\n"+`echo "`+ImageMarker+` `+name+`"`, 1)
-	if err := os.WriteFile(filepath.Join(root, "init"), []byte(init), 0o755); err != nil { //nolint:gosec // an init must be executable
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(init), 0o755); err != nil {
 		return err
 	}
 	extra := filepath.Join(work, "extra.cpio.gz")

@@ -233,7 +233,7 @@ func linkImage(from, to, name string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(dst, b, 0o644); err != nil { //nolint:gosec // images are world-readable
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
 			return err
 		}
 	}

@@ -42,8 +42,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(stateDir)
-	defer (&qemu.Host{StateDir: stateDir}).StopAll() //nolint:errcheck // best effort: tests remove their VMs
-	defer exec.Command("ip", "netns", "del", machineNetns).Run() //nolint:errcheck // absent without root
+	// Deferred, so run last to first: VMs quit, then the namespace goes.
+	defer exec.Command("ip", "netns", "del", machineNetns).Run() // absent without root
+	defer (&qemu.Host{StateDir: stateDir}).StopAll()             // best effort: tests remove their VMs
 	return testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
 		o.Controllers = []string{"ippool", "dhcp-agent", "machine", "qemumachine"}
 		o.Machines.ImageDir = imageStore
