@@ -10,11 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -356,4 +358,58 @@ func TestNetworkBootOfTheMachinesImage(t *testing.T) {
 		g.Expect(bootEvents(ctx, g, ns, "vm")).To(ContainElement("served image busybox-v2"))
 	}).Should(Succeed())
 	g.Expect(strings.Count(read(), qemu.InitMarker)).To(Equal(1), "one boot in this QEMU process")
+}
+
+// A boot server that cannot listen (its port taken in the namespace) is
+// reported on the pool (AgentReady False, naming network boot), and serves
+// once the port is free again.
+func TestNetBootPortTakenIsReported(t *testing.T) {
+	testenv.Need(t, env)
+	testenv.NeedRoot(t, "network boot test", "network namespaces")
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	// The agent made the namespace when the suite started its first pool;
+	// make sure it is there before listening in it.
+	g.Expect(env.Client.Create(ctx, pool(ns, "plain", "nbport0", "10.82.0", 60))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) { agentReady(ctx, g, ns, "plain", dhcpv1alpha1.ServingReason) }).Should(Succeed())
+	// The pool's server address and port, taken before the agent gives the
+	// bridge that address (IP_FREEBIND binds an address not yet local).
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	var ln net.Listener
+	g.Expect(netns.Do(machineNetns, func() (err error) {
+		ln, err = lc.Listen(ctx, "tcp", fmt.Sprintf("10.83.0.2:%d", dhcp.DefaultNetBootPort))
+		return err
+	})).To(Succeed())
+	closed := false
+	release := func() {
+		if !closed {
+			closed = true
+			_ = ln.Close()
+		}
+	}
+	defer release()
+	g.Expect(env.Client.Create(ctx, bootPool(ns, "lan", "nbport", "10.83.0"))).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		p := agentReady(ctx, g, ns, "lan", dhcpv1alpha1.AgentUnavailableReason)
+		c := findCondition(p, dhcpv1alpha1.AgentReadyCondition)
+		g.Expect(c).To(ContainSubstring("network boot on network nbport"))
+	}).Should(Succeed())
+	release()
+	testenv.Eventually(g, func(g Gomega) { agentReady(ctx, g, ns, "lan", dhcpv1alpha1.ServingReason) }).Should(Succeed())
+}
+
+func findCondition(p *dhcpv1alpha1.IPPool, typ string) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c.Message
+		}
+	}
+	return ""
 }
