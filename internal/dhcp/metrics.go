@@ -17,6 +17,10 @@ var (
 		Help:    "Time the agent took to answer one DHCP request (lease latency inside the agent), by message type.",
 		Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05},
 	}, []string{"type"})
+	netbootRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_netboot_requests_total",
+		Help: "Network boot HTTP requests the agent answered, by file (script, vmlinuz, initrd.gz, other) and HTTP status code.",
+	}, []string{"file", "code"})
 	// PoolUsed is the allocated addresses of each IPPool.
 	PoolUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "converge_ippool_used",
@@ -30,7 +34,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(requestsTotal, requestSeconds, PoolUsed, PoolAvailable)
+	metrics.Registry.MustRegister(requestsTotal, requestSeconds, netbootRequests, PoolUsed, PoolAvailable)
 }
 
 // Record counts one handled request in the agent's metrics; pass it as

@@ -43,6 +43,12 @@ type Options struct {
 	DomainName   string
 	DomainSearch []string
 	LeaseTime    time.Duration
+	// Namespace is the IPPool's namespace: the network boot server boots
+	// only that namespace's Machines.
+	Namespace string
+	// NetBootPort is the port of the network boot HTTP server on Server
+	// when the pool has network boot enabled; 0 disables network boot.
+	NetBootPort int
 }
 
 // Lease is one allocation: the address of a MAC address and its pool's
@@ -56,16 +62,30 @@ type Lease struct {
 // Table is the agent's immutable view of the allocations of one network.
 type Table struct {
 	byMAC map[string]Lease
+	byIP  map[netip.Addr]string
 	pools []*Options
 }
 
 // NewTable builds a table; macs are lowercase colon-separated.
 func NewTable(pools []*Options, leases map[string]Lease) *Table {
-	t := &Table{byMAC: make(map[string]Lease, len(leases)), pools: pools}
+	t := &Table{byMAC: make(map[string]Lease, len(leases)), byIP: make(map[netip.Addr]string, len(leases)), pools: pools}
 	for mac, l := range leases {
 		t.byMAC[strings.ToLower(mac)] = l
+		t.byIP[l.IP] = strings.ToLower(mac)
 	}
 	return t
+}
+
+// LookupIP returns the MAC address holding ip, and its lease.
+func (t *Table) LookupIP(ip netip.Addr) (string, Lease, bool) {
+	if t == nil {
+		return "", Lease{}, false
+	}
+	mac, ok := t.byIP[ip]
+	if !ok {
+		return "", Lease{}, false
+	}
+	return mac, t.byMAC[mac], true
 }
 
 // Lookup returns the lease of mac.
@@ -83,6 +103,14 @@ func (t *Table) Len() int {
 		return 0
 	}
 	return len(t.byMAC)
+}
+
+// Pools returns the pools' options.
+func (t *Table) Pools() []*Options {
+	if t == nil {
+		return nil
+	}
+	return t.pools
 }
 
 // poolOf returns the pool whose subnet holds ip (INFORM).
@@ -326,7 +354,34 @@ func (s *Server) reply(req *dhcpv4.DHCPv4, typ dhcpv4.MessageType, l Lease) *dhc
 		return nil
 	}
 	addOptions(resp, l.Options, l.Hostname, true)
+	if l.Options.NetBootPort != 0 && IsIPXE(req) {
+		url := BootScriptURL(l.Options.Server, l.Options.NetBootPort, req.ClientHWAddr.String())
+		resp.UpdateOption(dhcpv4.OptBootFileName(url))
+		resp.BootFileName = url
+	}
 	return resp
+}
+
+// IsIPXE says whether req comes from iPXE: it sends the user class (option
+// 77) "iPXE", and its own encapsulated options (175). A firmware's PXE
+// ROM that is not iPXE, and the DHCP clients of operating systems
+// (udhcpc, dhclient), send neither.
+func IsIPXE(req *dhcpv4.DHCPv4) bool {
+	if req.Options.Has(dhcpv4.OptionEtherboot) {
+		return true
+	}
+	for _, uc := range req.UserClass() {
+		if uc == "iPXE" {
+			return true
+		}
+	}
+	return false
+}
+
+// BootScriptURL is the boot file (option 67) an iPXE client of a network
+// boot pool gets: its boot script on the pool's network boot server.
+func BootScriptURL(server netip.Addr, port int, mac string) string {
+	return fmt.Sprintf("http://%s/boot/%s.ipxe", netip.AddrPortFrom(server, uint16(port)), strings.ToLower(mac)) //nolint:gosec // ports are validated by the flag
 }
 
 // addOptions sets options 1, 3, 6, 12, 15, 42, 51, 54 and 119 from the

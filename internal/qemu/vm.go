@@ -27,6 +27,12 @@ const (
 	BootCDROM   = "CDROM"
 )
 
+// KernelCmdline is the kernel command line of an image's kernel, booted
+// directly by QEMU (-append) or over the network (the iPXE script the DHCP
+// agent serves): the console on the first serial port, which QEMU writes to
+// the console log, and a reboot rather than a hang on panic.
+const KernelCmdline = "console=ttyS0 quiet panic=-1"
+
 // NIC is one network interface of a VM.
 type NIC struct {
 	Name, Network, MAC string
@@ -158,32 +164,71 @@ func (h *Host) timeout() time.Duration {
 // resolveImage finds the image's files, refusing names that could leave the
 // store (a path, "..", a symlink out of it).
 func (h *Host) resolveImage(name string) (kernel, initrd, disk string, err error) {
-	if !imageNameRE.MatchString(name) || strings.Contains(name, "..") {
-		return "", "", "", &ImageError{Msg: fmt.Sprintf("image %q is not a valid image name", name)}
-	}
-	store, err := filepath.EvalSymlinks(h.ImageDir)
+	store, dir, err := imageDir(h.ImageDir, name)
 	if err != nil {
-		return "", "", "", &ImageError{Msg: fmt.Sprintf("the image store %s: %v", h.ImageDir, err)}
+		return "", "", "", err
 	}
-	dir, err := filepath.EvalSymlinks(filepath.Join(store, name))
-	if err != nil {
-		return "", "", "", &ImageError{Msg: fmt.Sprintf("image %q is not in the image store", name)}
-	}
-	if rel, err := filepath.Rel(store, dir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") || rel == "." {
-		return "", "", "", &ImageError{Msg: fmt.Sprintf("image %q resolves outside the image store", name)}
-	}
-	in := func(f string) string {
-		p, err := filepath.EvalSymlinks(filepath.Join(dir, f))
-		if err != nil || !strings.HasPrefix(p, store+string(filepath.Separator)) || !fileExists(p) {
-			return ""
-		}
-		return p
-	}
-	kernel, initrd, disk = in(KernelFile), in(InitrdFile), in(DiskFile)
+	kernel, initrd, disk = inStore(store, dir, KernelFile), inStore(store, dir, InitrdFile), inStore(store, dir, DiskFile)
 	if disk == "" && (kernel == "" || initrd == "") {
 		return "", "", "", &ImageError{Msg: fmt.Sprintf("image %q has neither %s nor %s and %s", name, DiskFile, KernelFile, InitrdFile)}
 	}
 	return kernel, initrd, disk, nil
+}
+
+// ImageFile is the path of file (KernelFile, InitrdFile or DiskFile) of
+// image name in the image store imageStore, with the checks QemuMachine
+// makes before it boots an image: a valid name, no path or "..", no
+// symlink out of the store, a regular file. Anything else is an
+// *ImageError. The network boot server serves files through it.
+func ImageFile(imageStore, name, file string) (string, error) {
+	if file != KernelFile && file != InitrdFile && file != DiskFile {
+		return "", &ImageError{Msg: fmt.Sprintf("%q is not an image file (%s, %s or %s)", file, KernelFile, InitrdFile, DiskFile)}
+	}
+	store, dir, err := imageDir(imageStore, name)
+	if err != nil {
+		return "", err
+	}
+	p := inStore(store, dir, file)
+	if p == "" {
+		return "", &ImageError{Msg: fmt.Sprintf("image %q has no %s", name, file)}
+	}
+	return p, nil
+}
+
+// ValidImageName says whether name can name an image of the store (the
+// store may still lack it).
+func ValidImageName(name string) bool {
+	return imageNameRE.MatchString(name) && !strings.Contains(name, "..")
+}
+
+// imageDir resolves the image's directory (symlinks evaluated) and the
+// store's, refusing names that could leave the store.
+func imageDir(imageStore, name string) (store, dir string, err error) {
+	if !ValidImageName(name) {
+		return "", "", &ImageError{Msg: fmt.Sprintf("image %q is not a valid image name", name)}
+	}
+	store, err = filepath.EvalSymlinks(imageStore)
+	if err != nil {
+		return "", "", &ImageError{Msg: fmt.Sprintf("the image store %s: %v", imageStore, err)}
+	}
+	dir, err = filepath.EvalSymlinks(filepath.Join(store, name))
+	if err != nil {
+		return "", "", &ImageError{Msg: fmt.Sprintf("image %q is not in the image store", name)}
+	}
+	if rel, err := filepath.Rel(store, dir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") || rel == "." {
+		return "", "", &ImageError{Msg: fmt.Sprintf("image %q resolves outside the image store", name)}
+	}
+	return store, dir, nil
+}
+
+// inStore is dir/f with symlinks evaluated, or "" when that is not a
+// regular file inside store.
+func inStore(store, dir, f string) string {
+	p, err := filepath.EvalSymlinks(filepath.Join(dir, f))
+	if err != nil || !strings.HasPrefix(p, store+string(filepath.Separator)) || !fileExists(p) {
+		return ""
+	}
+	return p
 }
 
 // PID returns the running QEMU's pid for id, or 0. The pidfile is QEMU's
@@ -276,7 +321,7 @@ func (h *Host) Start(ctx context.Context, s Spec) (int, error) {
 	case disk != "":
 		args = append(args, "-drive", "file="+disk+",if=virtio,format=raw,snapshot=on", "-boot", "order=c")
 	default:
-		args = append(args, "-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 quiet panic=-1")
+		args = append(args, "-kernel", kernel, "-initrd", initrd, "-append", KernelCmdline)
 	}
 	args = append(args, netArgs...)
 	cmd := netns.Command(ctx, h.Netns, bin, args...)

@@ -34,6 +34,10 @@ type MachineOptions struct {
 	// QemuAccel is QEMU's accelerator: "kvm", "tcg" or "" (KVM where the
 	// CPU advertises hardware virtualisation and /dev/kvm opens, else TCG).
 	QemuAccel string
+	// NetbootHTTPPort is the port of the DHCP agent's network boot HTTP
+	// server on the server address of each IPPool with networkBoot (inside
+	// Netns); zero is 8069.
+	NetbootHTTPPort int
 }
 
 // Defaults of the machine stores in a cluster (volumes of the node agent).

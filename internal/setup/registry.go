@@ -115,7 +115,11 @@ var controllers = []controller{
 		return (&ippool.Reconciler{}).SetupWithManager(mgr)
 	}},
 	{name: dhcpagent.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&dhcpagent.Reconciler{Netns: o.Machines.Netns}).SetupWithManager(mgr)
+		images := o.Machines.ImageDir
+		if images == "" {
+			images = DefaultMachineImageDir
+		}
+		return (&dhcpagent.Reconciler{Netns: o.Machines.Netns, ImageDir: images, NetBootPort: o.Machines.NetbootHTTPPort}).SetupWithManager(mgr)
 	}},
 	{name: issuer.IssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)

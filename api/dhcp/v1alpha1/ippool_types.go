@@ -83,6 +83,16 @@ type IPv4Config struct {
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=2592000
 	LeaseTime int32 `json:"leaseTime,omitempty"`
+
+	// networkBoot makes the DHCP agent network-boot the pool's Machines:
+	// an iPXE client (option 77 "iPXE", as QEMU's NIC ROM sends) with an
+	// allocation gets the boot file (option 67)
+	// http://<serverIP>:<--netboot-http-port>/boot/<mac>.ipxe, an iPXE
+	// script loading the kernel and initrd of its Machine's current
+	// spec.image from the agent. Other clients get the same answers as
+	// without it.
+	// +optional
+	NetworkBoot bool `json:"networkBoot,omitempty"`
 }
 
 // IPPoolSpec is the desired state of an IPPool.

@@ -6,6 +6,11 @@
 // manager's cache; when the API server is unreachable the cache and the
 // servers keep what they last saw, so existing clients keep renewing.
 //
+// For pools with spec.ipv4Config.networkBoot it also runs the network boot
+// HTTP server (dhcp.BootServer) on the pool's server address, in the same
+// namespace, answering iPXE with a script that boots the image its Machine
+// names in spec.image now (looked up in the manager's cache).
+//
 // It is a controller, so it runs on the leader only: one agent answers per
 // network. In a cluster the agent would be a Deployment per network with an
 // attachment to that network (see docs/dhcp.md); that mode is not built.
@@ -19,16 +24,20 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/dhcp"
 	"github.com/converge-dev/converge/internal/ippool"
 	"github.com/converge-dev/converge/internal/netns"
@@ -41,6 +50,12 @@ const ControllerName = "dhcp-agent"
 
 // +kubebuilder:rbac:groups=dhcp.converge.dev,resources=ippools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=dhcp.converge.dev,resources=ippools/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// NetworkBootReason is the reason of the Event a Machine gets when it is
+// served a boot script.
+const NetworkBootReason = "NetworkBoot"
 
 // Reconciler runs the DHCP servers.
 type Reconciler struct {
@@ -50,10 +65,19 @@ type Reconciler struct {
 	Netns string
 	// Identity names this manager in status.agent.
 	Identity string
+	// ImageDir is the image store network boot serves kernels and initrds
+	// from (QemuMachine's).
+	ImageDir string
+	// NetBootPort is the network boot HTTP server's port on the server
+	// address of each pool with networkBoot; 0 is dhcp.DefaultNetBootPort.
+	NetBootPort int
+	// Recorder records the NetworkBoot Events.
+	Recorder events.EventRecorder
 
 	mu      sync.Mutex
 	ctx     context.Context //nolint:containedctx // the manager's, for servers outliving a reconcile
 	servers map[string]*dhcp.Server
+	boot    map[string]*dhcp.BootServer
 }
 
 // SetupWithManager registers the controller and the runnable stopping the
@@ -63,7 +87,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Identity == "" {
 		r.Identity, _ = os.Hostname()
 	}
+	if r.NetBootPort == 0 {
+		r.NetBootPort = dhcp.DefaultNetBootPort
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(ControllerName)
+	}
 	r.servers = map[string]*dhcp.Server{}
+	r.boot = map[string]*dhcp.BootServer{}
 	ready := make(chan struct{})
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		r.mu.Lock()
@@ -76,6 +107,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		for k, s := range r.servers {
 			_ = s.Close()
 			delete(r.servers, k)
+		}
+		for k, b := range r.boot {
+			_ = b.Close()
+			delete(r.boot, k)
 		}
 		return nil
 	})); err != nil {
@@ -121,7 +156,7 @@ func (r *Reconciler) reconcileNetwork(ctx context.Context, network string) (ctrl
 		r.stop(network)
 		return ctrl.Result{}, nil
 	}
-	table, first := buildTable(pools)
+	table, first := buildTable(pools, r.NetBootPort)
 	bridge := qemu.BridgeName(network)
 	var serveErr error
 	switch {
@@ -143,8 +178,9 @@ func (r *Reconciler) reconcileNetwork(ctx context.Context, network string) (ctrl
 }
 
 // buildTable turns the pools' allocations into the agent's table; first is
-// the first pool's options (its server address is the bridge's).
-func buildTable(pools []*dhcpv1alpha1.IPPool) (*dhcp.Table, *dhcp.Options) {
+// the first pool's options (its server address is the bridge's). Pools
+// with networkBoot get netBootPort.
+func buildTable(pools []*dhcpv1alpha1.IPPool, netBootPort int) (*dhcp.Table, *dhcp.Options) {
 	slices.SortFunc(pools, func(a, b *dhcpv1alpha1.IPPool) int {
 		if a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name {
 			return -1
@@ -166,7 +202,10 @@ func buildTable(pools []*dhcpv1alpha1.IPPool) (*dhcp.Table, *dhcp.Options) {
 		o := &dhcp.Options{
 			Pool: p.Namespace + "/" + p.Name, Server: pp.Server, Prefix: pp.CIDR, Router: pp.Router,
 			DNS: pp.DNS, NTP: pp.NTP, DomainName: c.DomainName, DomainSearch: c.DomainSearch,
-			LeaseTime: time.Duration(lt) * time.Second,
+			LeaseTime: time.Duration(lt) * time.Second, Namespace: p.Namespace,
+		}
+		if c.NetworkBoot {
+			o.NetBootPort = netBootPort
 		}
 		opts = append(opts, o)
 		for _, a := range p.Status.IPv4.Allocated {
@@ -190,7 +229,10 @@ func (r *Reconciler) serve(ctx context.Context, network, bridge string, o *dhcp.
 	defer r.mu.Unlock()
 	if s, ok := r.servers[network]; ok {
 		s.SetTable(t)
-		return ensureAddress(ctx, r.Netns, bridge, netip.PrefixFrom(o.Server, o.Prefix.Bits()))
+		if err := ensureAddress(ctx, r.Netns, bridge, netip.PrefixFrom(o.Server, o.Prefix.Bits())); err != nil {
+			return err
+		}
+		return r.serveBoot(ctx, network, bridge, s, t)
 	}
 	if err := ensureBridge(ctx, r.Netns, bridge); err != nil {
 		return err
@@ -204,7 +246,77 @@ func (r *Reconciler) serve(ctx context.Context, network, bridge string, o *dhcp.
 		return err
 	}
 	r.servers[network] = s
+	return r.serveBoot(ctx, network, bridge, s, t)
+}
+
+// serveBoot makes the network's boot server listen on the server address
+// of each pool with network boot (giving the bridge that address), and on
+// nothing else. Called with r.mu held.
+func (r *Reconciler) serveBoot(ctx context.Context, network, bridge string, s *dhcp.Server, t *dhcp.Table) error {
+	var addrs []netip.AddrPort
+	for _, o := range t.Pools() {
+		if o.NetBootPort == 0 {
+			continue
+		}
+		if err := ensureAddress(ctx, r.Netns, bridge, netip.PrefixFrom(o.Server, o.Prefix.Bits())); err != nil {
+			return err
+		}
+		addrs = append(addrs, netip.AddrPortFrom(o.Server, uint16(o.NetBootPort))) //nolint:gosec // a port
+	}
+	b, ok := r.boot[network]
+	if !ok {
+		if len(addrs) == 0 {
+			return nil
+		}
+		b = &dhcp.BootServer{
+			Netns: r.Netns, ImageDir: r.ImageDir, Table: s.Table, Machine: r.machineOf,
+			Served: r.served, Log: ctrl.Log.WithName(ControllerName).WithValues("network", network),
+		}
+		r.boot[network] = b
+	}
+	if err := b.Sync(addrs); err != nil {
+		return fmt.Errorf("network boot on network %s: %w", network, err)
+	}
 	return nil
+}
+
+// machineOf is the Machine of namespace with a NIC whose MAC address is
+// mac, from the manager's cache.
+func (r *Reconciler) machineOf(ctx context.Context, namespace, mac string) (dhcp.BootTarget, error) {
+	var list machinev1alpha1.MachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return dhcp.BootTarget{}, fmt.Errorf("listing the Machines of namespace %s: %w", namespace, err)
+	}
+	var found []*machinev1alpha1.Machine
+	for i := range list.Items {
+		m := &list.Items[i]
+		if !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, n := range m.Spec.NetworkInterfaces {
+			if strings.EqualFold(n.MACAddress, mac) {
+				found = append(found, m)
+				break
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return dhcp.BootTarget{}, dhcp.ErrNoMachine
+	case 1:
+		m := found[0]
+		return dhcp.BootTarget{Namespace: m.Namespace, Name: m.Name, Image: m.Spec.Image, Object: m}, nil
+	default:
+		return dhcp.BootTarget{}, fmt.Errorf("%d Machines of namespace %s have MAC address %s", len(found), namespace, mac)
+	}
+}
+
+// served records the NetworkBoot Event on the Machine.
+func (r *Reconciler) served(_ context.Context, t dhcp.BootTarget) {
+	if t.Object == nil {
+		return
+	}
+	r.Recorder.Eventf(t.Object, nil, corev1.EventTypeNormal, NetworkBootReason, "NetworkBoot", "served image %s", t.Image)
 }
 
 func (r *Reconciler) stop(network string) {
@@ -214,6 +326,17 @@ func (r *Reconciler) stop(network string) {
 		_ = s.Close()
 		delete(r.servers, network)
 	}
+	if b, ok := r.boot[network]; ok {
+		_ = b.Close()
+		delete(r.boot, network)
+	}
+}
+
+// BootServer returns the network boot server of a network (tests).
+func (r *Reconciler) BootServer(network string) *dhcp.BootServer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.boot[network]
 }
 
 // Server returns the server of a network (tests).
