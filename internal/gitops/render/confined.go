@@ -131,13 +131,13 @@ func (c *ConfinedFS) Rel(p string) (string, error) {
 	}
 	if filepath.IsAbs(p) {
 		rel, err := filepath.Rel(c.dir, filepath.Clean(p))
-		if err != nil || !filepath.IsLocal(rel) && rel != "." {
+		if err != nil || !filepath.IsLocal(rel) { // IsLocal(".") is true
 			return "", &RefusedError{File: p, Reason: "an absolute path outside the repository"}
 		}
 		p = rel
 	}
 	p = filepath.ToSlash(filepath.Clean(p))
-	if p != "." && !filepath.IsLocal(filepath.FromSlash(p)) {
+	if !filepath.IsLocal(filepath.FromSlash(p)) {
 		return "", &RefusedError{File: p, Reason: "the path leaves the repository"}
 	}
 	return p, nil
@@ -194,7 +194,7 @@ func (c *ConfinedFS) Resolve(p string) (string, error) {
 				done = append(done, el)
 				done = append(done, todo...)
 				out := path.Clean(path.Join(done...))
-				if out != "." && !filepath.IsLocal(filepath.FromSlash(out)) {
+				if !filepath.IsLocal(filepath.FromSlash(out)) {
 					return "", leaves()
 				}
 				return out, nil

@@ -252,3 +252,33 @@ func TestRenderBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestRelRefusesWhatLeaves: the confined file system's own check, below
+// the kustomization fields' (an absolute path kustomize builds itself
+// reaches only this one): inside the repository, a path is made relative;
+// an absolute path outside, a path climbing out and a NUL byte are refused,
+// each with its reason.
+func TestRelRefusesWhatLeaves(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	c, err := NewConfinedFS(t.Context(), dir, 1<<20)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = c.Close() }()
+	for in, want := range map[string]string{dir: ".", dir + "/a/b": "a/b", "a/./b/..": "a", ".": "."} {
+		got, err := c.Rel(in)
+		g.Expect(err).NotTo(HaveOccurred(), in)
+		g.Expect(got).To(Equal(want), in)
+	}
+	for in, why := range map[string]string{
+		"/etc/passwd":     "an absolute path outside the repository",
+		filepath.Dir(dir): "an absolute path outside the repository",
+		"../x":            "the path leaves the repository",
+		"a/../../x":       "the path leaves the repository",
+		"a\x00b":          "the path contains a NUL byte",
+	} {
+		_, err := c.Rel(in)
+		var re *RefusedError
+		g.Expect(errors.As(err, &re)).To(BeTrue(), "%q: %v", in, err)
+		g.Expect(re.Reason).To(Equal(why), in)
+	}
+}
