@@ -37,6 +37,7 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/setup"
@@ -86,10 +87,28 @@ func run(ctx context.Context, n, qemuRuns int) error {
 		return err
 	}
 	logf("controllers: %d KwokMachines and Machines", n)
+	before, err := apicount.Scrape(ctx, env.Clientset)
+	if err != nil {
+		return err
+	}
 	took, err := machines(ctx, env.Client, ns, n)
 	if err != nil {
 		return err
 	}
+	time.Sleep(time.Second) // let trailing writes land in the count
+	after, err := apicount.Scrape(ctx, env.Clientset)
+	if err != nil {
+		return err
+	}
+	// The controllers' writes (the benchmark's own creates subtracted):
+	// what their budget is spent on; the floor writes one Node per machine.
+	writes := after.Minus(before).Writes("machines", "kwokmachines", "nodes", "events")
+	fmt.Printf("  API writes for %d Machines: %s\n", n, writes)
+	// Not the controllers': the benchmark's creates, kwok's Node status.
+	delete(writes, "POST machines")
+	delete(writes, "POST kwokmachines")
+	delete(writes, "PATCH nodes/status")
+	benchout.Line("machines.writes_per_machine", writes.Total()/float64(n), "")
 	fmt.Printf("  %d Machines Running with a Ready Node: %v (ratio %.2f)\n", n, took.Round(time.Millisecond), took.Seconds()/floor.Seconds())
 	benchout.Ratio(fmt.Sprintf("machines.kwok_%d_running", n), took.Seconds(), "s", took.Seconds()/floor.Seconds())
 	if kb, err := strconv.ParseFloat(strings.Fields(procStatus("VmRSS") + " x")[0], 64); err == nil {
