@@ -17,7 +17,7 @@ import (
 // a subdirectory, a symlink inside and one out, next to a directory outside
 // holding a secret; it returns the file system over the repository (file
 // limit 10 bytes) and the outside directory.
-func confinedTree(t *testing.T, ctx context.Context) (*ConfinedFS, string) {
+func confinedTree(ctx context.Context, t *testing.T) (*ConfinedFS, string) {
 	t.Helper()
 	base := t.TempDir()
 	repo, outside := filepath.Join(base, "repo"), filepath.Join(base, "outside")
@@ -55,7 +55,7 @@ func confinedTree(t *testing.T, ctx context.Context) (*ConfinedFS, string) {
 // limit is kept as the render's failure.
 func TestConfinedFSOperations(t *testing.T) {
 	g := NewWithT(t)
-	c, outside := confinedTree(t, t.Context())
+	c, outside := confinedTree(t.Context(), t)
 	abs := func(rel string) string { return filepath.Join(c.Dir(), rel) }
 	refused := func(err error) { g.ExpectWithOffset(1, errors.Is(err, ErrRefused)).To(BeTrue(), "%v", err) }
 	missing := func(err error) {
@@ -170,7 +170,7 @@ func TestConfinedFSOperations(t *testing.T) {
 func TestConfinedFSStopsWithItsContext(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	c, _ := confinedTree(t, ctx)
+	c, _ := confinedTree(ctx, t)
 	calls := 0
 	err := c.Walk(".", func(string, os.FileInfo, error) error {
 		calls++
