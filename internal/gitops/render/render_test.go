@@ -194,3 +194,39 @@ func apimachineryDecode(data []byte) (objs []map[string]any, ok bool) {
 		objs = append(objs, m)
 	}
 }
+
+// TestPlainFollowsSymlinksToManifestsOnly: in a plain directory a symlink is
+// rendered when its own name is a manifest's and it points at a regular
+// file inside the repository; a symlink with another name (a README linking
+// to a manifest) or to a directory is not read, so nothing is rendered twice.
+func TestPlainFollowsSymlinksToManifestsOnly(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	write(t, root, map[string]string{"app/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+		"shared/other.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n"})
+	for link, target := range map[string]string{"app/notes.txt": "cm.yaml", "app/b.yaml": "../shared/other.yaml", "app/dir.yaml": "../shared"} {
+		g.Expect(os.Symlink(target, filepath.Join(root, link))).To(Succeed())
+	}
+	objs, err := Render(t.Context(), root, "app", Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, u := range objs {
+		names = append(names, u.GetName())
+	}
+	g.Expect(names).To(ConsistOf("a", "b"))
+}
+
+// TestSplitDocuments: a separator is a line of exactly "---", or "---"
+// followed by a space, a tab or a comment; "----" or "---x" is content.
+func TestSplitDocuments(t *testing.T) {
+	g := NewWithT(t)
+	in := "a: 1\n---\nb: 2\n--- # two\nc: 3\n---\td\n----\n---x\n---#e\nf: 4\r\n---\r\ng: 5\n"
+	var got []string
+	var lines []int
+	for _, d := range splitDocuments([]byte(in)) {
+		got = append(got, string(d.body))
+		lines = append(lines, d.line)
+	}
+	g.Expect(got).To(Equal([]string{"a: 1\n", "b: 2\n", "c: 3\n", "----\n---x\n", "f: 4\r\n", "g: 5\n"}))
+	g.Expect(lines).To(Equal([]int{1, 3, 5, 7, 10, 12}))
+}
