@@ -154,7 +154,7 @@ func (s *scanner) entry(dir, kf, field, v string, kind int) error {
 		return refuse("an absolute path; a render reads only files of the repository")
 	}
 	joined := path.Join(dir, filepath.ToSlash(v))
-	if joined != "." && !filepath.IsLocal(filepath.FromSlash(joined)) {
+	if !filepath.IsLocal(filepath.FromSlash(joined)) { // IsLocal(".") is true
 		return refuse("the path leaves the repository")
 	}
 	resolved, err := s.cfs.Resolve(joined)
