@@ -69,3 +69,28 @@ func TestPrintHistory(t *testing.T) {
 		t.Fatal("unknown revision accepted")
 	}
 }
+
+// TestEqualTemplates: nil and empty labels are the same template (the API
+// server drops an empty map); any label or field difference is not.
+func TestEqualTemplates(t *testing.T) {
+	tmpl := func(labels map[string]string, image string) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}}}
+	}
+	for _, c := range []struct {
+		name string
+		a, b *corev1.PodTemplateSpec
+		want bool
+	}{
+		{"nil and empty labels", tmpl(nil, "x"), tmpl(map[string]string{}, "x"), true},
+		{"empty and nil labels", tmpl(map[string]string{}, "x"), tmpl(nil, "x"), true},
+		{"same labels", tmpl(map[string]string{"a": "1"}, "x"), tmpl(map[string]string{"a": "1"}, "x"), true},
+		{"a label only on one", tmpl(map[string]string{"a": "1"}, "x"), tmpl(nil, "x"), false},
+		{"a label only on the other", tmpl(nil, "x"), tmpl(map[string]string{"a": "1"}, "x"), false},
+		{"other image", tmpl(nil, "x"), tmpl(map[string]string{}, "y"), false},
+	} {
+		if got := equalTemplates(c.a, c.b); got != c.want {
+			t.Errorf("%s: equalTemplates = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
