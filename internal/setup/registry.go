@@ -21,6 +21,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
 	"github.com/converge-dev/converge/internal/controller/machinebmc"
+	"github.com/converge-dev/converge/internal/controller/machineupgrade"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -96,6 +97,9 @@ var controllers = []controller{
 	}},
 	{name: machinebmc.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&machinebmc.Reconciler{}).SetupWithManager(mgr)
+	}},
+	{name: machineupgrade.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&machineupgrade.Reconciler{}).SetupWithManager(mgr)
 	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines

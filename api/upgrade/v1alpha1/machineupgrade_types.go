@@ -236,6 +236,9 @@ type StepStatus struct {
 	// attempts counts the attempts.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// nextAttempt is when a failed step may be attempted again (backoff).
+	// +optional
+	NextAttempt *metav1.Time `json:"nextAttempt,omitempty"`
 	// message says what the step does or why it failed.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
@@ -265,6 +268,9 @@ type MachineProgress struct {
 	// attempts counts the attempts of step.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// nextAttempt is when a failed step may be attempted again (backoff).
+	// +optional
+	NextAttempt *metav1.Time `json:"nextAttempt,omitempty"`
 	// previousImage is the Machine's image before the upgrade.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63

@@ -47,6 +47,10 @@ func (in *MachineProgress) DeepCopyInto(out *MachineProgress) {
 		in, out := &in.StepStarted, &out.StepStarted
 		*out = (*in).DeepCopy()
 	}
+	if in.NextAttempt != nil {
+		in, out := &in.NextAttempt, &out.NextAttempt
+		*out = (*in).DeepCopy()
+	}
 	if in.Started != nil {
 		in, out := &in.Started, &out.Started
 		*out = (*in).DeepCopy()
@@ -199,6 +203,10 @@ func (in *StepStatus) DeepCopyInto(out *StepStatus) {
 	}
 	if in.Finished != nil {
 		in, out := &in.Finished, &out.Finished
+		*out = (*in).DeepCopy()
+	}
+	if in.NextAttempt != nil {
+		in, out := &in.NextAttempt, &out.NextAttempt
 		*out = (*in).DeepCopy()
 	}
 }
