@@ -36,6 +36,7 @@ import (
 	webhookmachine "github.com/converge-dev/converge/internal/webhook/machine"
 	webhookpki "github.com/converge-dev/converge/internal/webhook/pki"
 	webhooksql "github.com/converge-dev/converge/internal/webhook/sql"
+	webhookupgrade "github.com/converge-dev/converge/internal/webhook/upgrade"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
 
@@ -164,6 +165,7 @@ var webhooks = []webhookSet{
 	{name: "ippool", setup: webhookdhcp.IPPool{}.SetupWithManager},
 	{name: "machinenetworkconfig", setup: webhookdhcp.MachineNetworkConfig{}.SetupWithManager},
 	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},
+	{name: "machineupgrade", setup: webhookupgrade.MachineUpgrade{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
 	}},

@@ -78,7 +78,7 @@ func newUpgrade(ns, name, pool string, maxUnavailable int32) *upgradev1alpha1.Ma
 		Spec: upgradev1alpha1.MachineUpgradeSpec{
 			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": pool}},
 			Image:    "v2", Version: "2.0",
-			Strategy: upgradev1alpha1.UpgradeStrategy{MaxUnavailable: maxUnavailable},
+			Strategy:  upgradev1alpha1.UpgradeStrategy{MaxUnavailable: maxUnavailable},
 			PreChecks: []upgradev1alpha1.Check{{Name: "running", Expression: `machine.status.phase == "Running"`}},
 			PostChecks: []upgradev1alpha1.Check{{Name: "new-image-ready",
 				Expression: `machine.spec.image == "v2" && node.status.conditions.exists(c, c.type == "Ready" && c.status == "True")`}},
@@ -139,8 +139,12 @@ func redfishResets(g Gomega, t *testing.T, ns, machine, resetType string) int {
 	return n
 }
 
+// need skips without a control plane, makes the test's namespace and
+// starts the controllers.
 func need(t *testing.T) string {
 	t.Helper()
 	testenv.Need(t, env)
-	return env.NewNamespace(t)
+	ns := env.NewNamespace(t)
+	startManager(t)
+	return ns
 }

@@ -14,10 +14,17 @@ var env *testenv.Environment
 // KwokMachine provider, the BMCs (Redfish), and the upgrade itself.
 var controllers = []string{"machine", "kwokmachine", "machinebmc", "machineupgrade"}
 
-// The suite runs those controllers on a real API server with kwok, the
-// scheduler (Pods to drain) and the controller manager.
+// The suite's manager only serves the webhooks: each test starts the
+// controllers in a manager of its own (startManager), which the restart
+// tests stop and start again. The controller manager runs the disruption
+// controller (PodDisruptionBudgets) and the garbage collector.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Nodes: 1, Scheduler: true, Manager: func(o *setup.Options) {
-		o.Controllers = controllers
-	}}, &env))
+	os.Exit(testenv.Main(m, testenv.Options{Nodes: 1, NoManager: true, ControllerManager: true}, &env))
+}
+
+// startManager runs the upgrade's controllers in a new manager; stop
+// cancels it abruptly (as a killed process: nothing more is written).
+func startManager(t *testing.T) (stop func() error) {
+	t.Helper()
+	return env.StartManager(t, func(o *setup.Options) { o.Controllers = controllers })
 }
