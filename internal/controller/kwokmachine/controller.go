@@ -159,6 +159,9 @@ func (r *Reconciler) reconcileNode(ctx context.Context, km *infrastructurev1alph
 		if err := r.power(ctx, km, node); err != nil {
 			return err
 		}
+		if err := r.firstImage(ctx, km, node); err != nil {
+			return err
+		}
 	}
 	observe(km, node)
 	return nil
@@ -224,6 +227,22 @@ func (r *Reconciler) power(ctx context.Context, km *infrastructurev1alpha1.KwokM
 func booted(ann map[string]string, km *infrastructurev1alpha1.KwokMachine, version string) {
 	ann[upgradev1alpha1.BootedImageAnnotation] = km.Spec.Image
 	ann[upgradev1alpha1.BootedVersionAnnotation] = version
+}
+
+// firstImage records the image and version of a running Node that was
+// registered before its Machine gave the KwokMachine an image (a
+// KwokMachine is often created before its Machine): it is taken to have
+// booted the first image it is given. Later images need a boot.
+func (r *Reconciler) firstImage(ctx context.Context, km *infrastructurev1alpha1.KwokMachine, node *corev1.Node) error {
+	if km.Spec.Image == "" || node.Annotations[upgradev1alpha1.BootedImageAnnotation] != "" || node.Annotations[KwokNodeAnnotation] == "" {
+		return nil
+	}
+	base := node.DeepCopy()
+	booted(node.Annotations, km, r.machineVersion(ctx, km))
+	if err := r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("recording the image of Node %s: %w", node.Name, err)
+	}
+	return nil
 }
 
 // machineVersion is the spec.version of the Machine that controls km, or

@@ -97,30 +97,35 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 
-	pre := ensureStep(u, upgradev1alpha1.StepPreChecks)
+	for _, name := range []upgradev1alpha1.StepName{upgradev1alpha1.StepPreChecks, upgradev1alpha1.StepMachines, upgradev1alpha1.StepPostChecks} {
+		ensureStep(u, name)
+	}
+	// Step pointers are looked up again after each checkpoint: a write
+	// replaces u's status with the server's.
+	pre := u.Status.Step(upgradev1alpha1.StepPreChecks)
 	if pre.State != upgradev1alpha1.StepStateSucceeded && pre.State != upgradev1alpha1.StepStateSkipped {
 		if u.Spec.Abort && pre.State != upgradev1alpha1.StepStateRunning {
 			return r.abortAll(ctx, s)
 		}
-		done, err := r.clusterChecks(ctx, s, pre, checks.pre)
+		done, err := r.clusterChecks(ctx, s, upgradev1alpha1.StepPreChecks, checks.pre)
 		if err != nil || !done {
 			return err
 		}
 	}
-	ms := ensureStep(u, upgradev1alpha1.StepMachines)
+	ms := u.Status.Step(upgradev1alpha1.StepMachines)
 	if ms.State != upgradev1alpha1.StepStateSucceeded && ms.State != upgradev1alpha1.StepStateSkipped {
-		done, err := r.rollMachines(ctx, s, ms, checks.post)
+		done, err := r.rollMachines(ctx, s, checks.post)
 		if err != nil || !done {
 			return err
 		}
 	}
-	post := ensureStep(u, upgradev1alpha1.StepPostChecks)
+	post := u.Status.Step(upgradev1alpha1.StepPostChecks)
 	if post.State != upgradev1alpha1.StepStateSucceeded && post.State != upgradev1alpha1.StepStateSkipped {
 		if u.Spec.Abort && post.State != upgradev1alpha1.StepStateRunning {
 			post.State, post.Message = upgradev1alpha1.StepStateSkipped, "aborted"
 			return r.checkpoint(ctx, s)
 		}
-		if _, err := r.clusterChecks(ctx, s, post, checks.post); err != nil {
+		if _, err := r.clusterChecks(ctx, s, upgradev1alpha1.StepPostChecks, checks.post); err != nil {
 			return err
 		}
 	}
@@ -163,8 +168,9 @@ func ensureStep(u *upgradev1alpha1.MachineUpgrade, name upgradev1alpha1.StepName
 }
 
 // clusterChecks runs PreChecks or PostChecks over every selected Machine.
-func (r *Reconciler) clusterChecks(ctx context.Context, s *scope, st *upgradev1alpha1.StepStatus, checks []compiled) (bool, error) {
+func (r *Reconciler) clusterChecks(ctx context.Context, s *scope, name upgradev1alpha1.StepName, checks []compiled) (bool, error) {
 	u := s.u
+	st := u.Status.Step(name)
 	switch st.State {
 	case upgradev1alpha1.StepStatePending, "":
 		if u.Spec.Paused {
@@ -191,9 +197,20 @@ func (r *Reconciler) clusterChecks(ctx context.Context, s *scope, st *upgradev1a
 			return false, err
 		}
 	}
+	st = u.Status.Step(name)
 	machines, err := r.selected(ctx, s)
 	if err != nil {
 		return false, err
+	}
+	if name == upgradev1alpha1.StepPostChecks {
+		// The cluster post-checks are about the Machines upgraded.
+		kept := machines[:0]
+		for _, m := range machines {
+			if mp := u.Status.Machine(m.Name); mp == nil || mp.State == upgradev1alpha1.MachineUpgraded {
+				kept = append(kept, m)
+			}
+		}
+		machines = kept
 	}
 	why := ""
 	for i := range machines {
@@ -289,8 +306,9 @@ func now(s *scope) *metav1.Time { return &metav1.Time{Time: s.now} }
 
 // rollMachines fixes the set of Machines, moves every Machine in flight
 // on, and starts new ones while fewer than maxUnavailable are in flight.
-func (r *Reconciler) rollMachines(ctx context.Context, s *scope, st *upgradev1alpha1.StepStatus, post []compiled) (bool, error) {
+func (r *Reconciler) rollMachines(ctx context.Context, s *scope, post []compiled) (bool, error) {
 	u := s.u
+	st := u.Status.Step(upgradev1alpha1.StepMachines)
 	if st.State == upgradev1alpha1.StepStatePending || st.State == "" {
 		if u.Spec.Paused {
 			return false, nil
@@ -369,6 +387,7 @@ func (r *Reconciler) rollMachines(ctx context.Context, s *scope, st *upgradev1al
 			return false, r.checkpoint(ctx, s)
 		}
 	}
+	st = u.Status.Step(upgradev1alpha1.StepMachines)
 	st.State, st.Finished = upgradev1alpha1.StepStateSucceeded, now(s)
 	st.Message = "every Machine upgraded, skipped or aborted"
 	if u.Spec.Abort {
