@@ -392,6 +392,8 @@ func (r *Reconciler) rollMachines(ctx context.Context, s *scope, post []compiled
 	st.Message = "every Machine upgraded, skipped or aborted"
 	if u.Spec.Abort {
 		st.Message = "aborted"
+		post := u.Status.Step(upgradev1alpha1.StepPostChecks)
+		post.State, post.Message = upgradev1alpha1.StepStateSkipped, "aborted"
 	}
 	return !u.Spec.Abort, r.checkpoint(ctx, s)
 }
@@ -467,6 +469,12 @@ func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []
 		case upgradev1alpha1.StepStateRunning:
 			// Resumed, or a step that waits: run it (again; every step but
 			// the power cycle is idempotent, and that one checks first).
+			// An abort does not wait for a drain or a post-check, which may
+			// wait long and have changed nothing; a machine booting the new
+			// image is waited for.
+			if u.Spec.Abort && (mp.Step == upgradev1alpha1.StepDrain || mp.Step == upgradev1alpha1.StepPostCheck) {
+				return r.leave(ctx, s, name, "aborted during "+string(mp.Step))
+			}
 		default:
 			return nil
 		}

@@ -17,9 +17,11 @@ func computeStatus(s *scope) {
 
 	n, total := 0, len(st.Machines)
 	var current, stalled []string
-	upgrading := 0
+	upgrading, pending := 0, 0
 	for _, mp := range st.Machines {
 		switch mp.State {
+		case upgradev1alpha1.MachinePending:
+			pending++
 		case upgradev1alpha1.MachineUpgraded, upgradev1alpha1.MachineSkipped:
 			n++
 		case upgradev1alpha1.MachineUpgrading:
@@ -62,7 +64,7 @@ func computeStatus(s *scope) {
 	case post == upgradev1alpha1.StepStateSucceeded:
 		phase, reason, msg = upgradev1alpha1.PhaseSucceeded, upgradev1alpha1.SucceededReason,
 			fmt.Sprintf("%s Machine(s) upgraded or skipped to %s %s", st.Done, u.Spec.Image, u.Spec.Version)
-	case u.Spec.Abort && !running:
+	case u.Spec.Abort && !running && pending == 0:
 		phase, reason, msg = upgradev1alpha1.PhaseAborted, upgradev1alpha1.AbortedReason, abortSummary(st)
 	case len(stalled) > 0:
 		phase, reason, msg = upgradev1alpha1.PhaseFailed, upgradev1alpha1.StepFailedReason, strings.Join(stalled, "; ")
