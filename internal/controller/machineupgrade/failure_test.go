@@ -14,6 +14,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/upgradecli"
 )
 
 // A PodDisruptionBudget that refuses the eviction of the only Pod on the
@@ -142,7 +143,7 @@ func TestNeverComesBackThenRetry(t *testing.T) {
 	// Fix the machine; the BMC's power cycle reaches it and it boots v2.
 	pauseMachine(t, ns, "r-0", false)
 	relaxTimeouts(t, u)
-	annotate(t, u, upgradev1alpha1.RetryAnnotation, "1")
+	g.Expect(upgradecli.Retry(ctx, env.Client, ns, u.Name, time.Unix(0, 1))).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseSucceeded))
 	})
@@ -193,7 +194,7 @@ func TestSkipMovesOn(t *testing.T) {
 		hasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
 	})
 	relaxTimeouts(t, u)
-	annotate(t, u, upgradev1alpha1.SkipAnnotationPrefix+"s-0", "bad disk, ticket 42")
+	g.Expect(upgradecli.Skip(ctx, env.Client, ns, u.Name, "s-0", "bad disk, ticket 42")).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseSucceeded), "status %+v", u.Status)
 	})

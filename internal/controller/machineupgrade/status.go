@@ -17,7 +17,7 @@ func computeStatus(s *scope) {
 
 	n, total := 0, len(st.Machines)
 	var current, stalled []string
-	upgrading, pending := 0, 0
+	upgrading, pending, stepsRunning := 0, 0, 0
 	for _, mp := range st.Machines {
 		switch mp.State {
 		case upgradev1alpha1.MachinePending:
@@ -26,6 +26,9 @@ func computeStatus(s *scope) {
 			n++
 		case upgradev1alpha1.MachineUpgrading:
 			upgrading++
+			if mp.StepState == upgradev1alpha1.StepStateRunning {
+				stepsRunning++
+			}
 			current = append(current, mp.Name+"/"+string(mp.Step))
 		case upgradev1alpha1.MachineFailed:
 			stalled = append(stalled, fmt.Sprintf("Machine %s: step %s failed %d time(s): %s", mp.Name, mp.Step, mp.Attempts, mp.LastError))
@@ -70,7 +73,7 @@ func computeStatus(s *scope) {
 		phase, reason, msg = upgradev1alpha1.PhaseFailed, upgradev1alpha1.StepFailedReason, strings.Join(stalled, "; ")
 	case len(checksFailed) > 0:
 		phase, reason, msg = upgradev1alpha1.PhaseFailed, upgradev1alpha1.ChecksFailedReason, strings.Join(checksFailed, "; ")
-	case u.Spec.Paused && !running:
+	case u.Spec.Paused && stepsRunning == 0 && pre != upgradev1alpha1.StepStateRunning && post != upgradev1alpha1.StepStateRunning:
 		phase, reason, msg = upgradev1alpha1.PhasePaused, upgradev1alpha1.PausedReason, "spec.paused is set: no new step starts"
 	case len(s.drainBlocked) > 0:
 		phase, reason, msg = upgradev1alpha1.PhaseUpgrading, upgradev1alpha1.DrainBlockedReason, strings.Join(s.drainBlocked, "; ")
