@@ -1,6 +1,8 @@
 package machineupgrade_test
 
 import (
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -10,6 +12,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // Three KwokMachines, each with a MachineBMC, are upgraded from v1 to v2
@@ -73,4 +76,30 @@ func TestUpgradeThroughRedfish(t *testing.T) {
 			g.Expect(ev).To(ContainElement(HavePrefix("RedfishReset: Machine " + m.Name + ": Redfish ComputerSystem.Reset PowerCycle sent")))
 		}).WithTimeout(wait).Should(Succeed())
 	}
+}
+
+// The samples (Machine worker-1, its MachineBMC and the MachineUpgrade
+// workers-to-2.0) work as they are, applied with kubectl.
+func TestSample(t *testing.T) {
+	ns := need(t)
+	bin, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"machine_v1alpha1_machine.yaml", "bmc_v1alpha1_machinebmc.yaml", "upgrade_v1alpha1_machineupgrade.yaml"} {
+		out, err := exec.CommandContext(t.Context(), filepath.Join(bin, "kubectl"), "--kubeconfig", env.KubeconfigPath,
+			"apply", "-n", ns, "-f", filepath.Join("..", "..", "..", "config", "samples", f)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
+		}
+	}
+	u := waitUpgrade(t, &upgradev1alpha1.MachineUpgrade{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workers-to-2.0"}},
+		func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
+			g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseSucceeded), "status %+v", u.Status)
+		})
+	NewWithT(t).Expect(u.Status.Done).To(Equal("1/1"))
+	m := &machinev1alpha1.Machine{}
+	NewWithT(t).Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "worker-1"}, m)).To(Succeed())
+	NewWithT(t).Expect(m.Spec.Image).To(Equal("busybox"))
+	NewWithT(t).Expect(m.Spec.Version).To(Equal("2.0"))
 }
