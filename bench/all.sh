@@ -26,6 +26,7 @@ MACHINES_ARGS=${MACHINES_ARGS:--n 1000 -qemu 5}
 CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000}
 DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
 BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
+UPGRADE_ARGS=${UPGRADE_ARGS:--n 100 -max 1,10,25}
 SKIP=${SKIP:-}
 LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
 mkdir -p "$LOGS"
@@ -64,6 +65,7 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench certificates go run ./bench/certificates $CERTIFICATES_ARGS
 	bench dhcp go run ./bench/dhcp $DHCP_ARGS
 	bench bmc go run ./bench/bmc $BMC_ARGS
+	bench upgrade go run ./bench/upgrade $UPGRADE_ARGS
 }
 
 echo
