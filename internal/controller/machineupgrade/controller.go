@@ -177,7 +177,7 @@ func (s *scope) requeueAfter(d time.Duration) {
 }
 
 // Reconcile drives one MachineUpgrade one or more steps on.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	// The upgrade is read uncached: its status is the checkpoint, and
 	// acting on a stale one would repeat a step. Every write is still
 	// locked on the resourceVersion read here.
@@ -197,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		err := r.checkpoint(ctx, s)
 		if apierrors.IsConflict(err) && retErr == nil {
 			// Another write came first: read again, act on what it wrote.
-			s.requeueAfter(10 * time.Millisecond)
+			res = ctrl.Result{RequeueAfter: 10 * time.Millisecond}
 			err = nil
 		}
 		retErr = errors.Join(retErr, err)

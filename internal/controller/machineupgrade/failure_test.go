@@ -92,19 +92,6 @@ func pauseMachine(t *testing.T, ns, name string, paused bool) {
 	g.Expect(env.Client.Patch(t.Context(), m, client.MergeFrom(base))).To(Succeed())
 }
 
-func annotate(t *testing.T, u *upgradev1alpha1.MachineUpgrade, key, value string) {
-	t.Helper()
-	g := NewWithT(t)
-	got := &upgradev1alpha1.MachineUpgrade{}
-	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(u), got)).To(Succeed())
-	base := got.DeepCopy()
-	if got.Annotations == nil {
-		got.Annotations = map[string]string{}
-	}
-	got.Annotations[key] = value
-	g.Expect(env.Client.Patch(t.Context(), got, client.MergeFrom(base))).To(Succeed())
-}
-
 // A Machine that never comes back fails WaitForBoot after its timeout, a
 // bounded number of times, and the upgrade is Stalled naming the step and
 // the Machine; the next Machine does not start. Once the machine is fixed,

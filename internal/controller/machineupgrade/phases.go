@@ -496,7 +496,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []
 			if mp.Attempts >= maxAttempts(u) {
 				mp.State = upgradev1alpha1.MachineFailed
 			}
-			r.event(s, r.machineRef(u, name), corev1.EventTypeWarning, EventStepFailed, string(mp.Step),
+			r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeWarning, EventStepFailed, string(mp.Step),
 				"Machine %s: %s failed (attempt %d of %d): %s", name, mp.Step, mp.Attempts, maxAttempts(u), err)
 			s.requeueAfter(backoff(mp.Attempts))
 			return r.checkpoint(ctx, s)
@@ -507,7 +507,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []
 			return nil
 		}
 		mp.StepState, mp.Message, mp.LastError = upgradev1alpha1.StepStateSucceeded, "", ""
-		r.event(s, r.machineRef(u, name), corev1.EventTypeNormal, EventStepSucceeded, string(mp.Step), "Machine %s: %s done", name, mp.Step)
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventStepSucceeded, string(mp.Step), "Machine %s: %s done", name, mp.Step)
 		if err := r.checkpoint(ctx, s); err != nil {
 			return err
 		}
@@ -521,9 +521,11 @@ func truncate(s string) string {
 	return s
 }
 
-func (r *Reconciler) machineRef(u *upgradev1alpha1.MachineUpgrade, name string) *machinev1alpha1.Machine {
+// machineRef is the Machine name (from the cache), as an Event's related
+// object, or nil.
+func (r *Reconciler) machineRef(ctx context.Context, u *upgradev1alpha1.MachineUpgrade, name string) runtime.Object {
 	m := &machinev1alpha1.Machine{}
-	if err := r.Get(context.Background(), types.NamespacedName{Namespace: u.Namespace, Name: name}, m); err != nil { //nolint:forbidigo // a cache read for an Event's related object
+	if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: name}, m); err != nil {
 		return nil
 	}
 	return m
@@ -574,10 +576,10 @@ func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) erro
 	mp.Finished = now(s)
 	if strings.HasPrefix(why, "skipped") {
 		mp.State = upgradev1alpha1.MachineSkipped
-		r.event(s, r.machineRef(u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
 	} else {
 		mp.State = upgradev1alpha1.MachineAborted
-		r.event(s, r.machineRef(u, name), corev1.EventTypeNormal, EventAborted, "Abort", "Machine %s: %s", name, mp.Message)
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventAborted, "Abort", "Machine %s: %s", name, mp.Message)
 	}
 	return r.checkpoint(ctx, s)
 }
@@ -618,7 +620,7 @@ func (r *Reconciler) handleRetry(ctx context.Context, s *scope) error {
 		mp := &u.Status.Machines[i]
 		if mp.State == upgradev1alpha1.MachineFailed && mp.StepState == upgradev1alpha1.StepStateFailed {
 			mp.State, mp.Attempts, mp.NextAttempt = upgradev1alpha1.MachineUpgrading, 0, nil
-			r.event(s, r.machineRef(u, mp.Name), corev1.EventTypeNormal, EventRetry, "Retry", "Machine %s: retrying %s", mp.Name, mp.Step)
+			r.event(s, r.machineRef(ctx, u, mp.Name), corev1.EventTypeNormal, EventRetry, "Retry", "Machine %s: retrying %s", mp.Name, mp.Step)
 		}
 	}
 	return r.checkpoint(ctx, s)
@@ -640,7 +642,7 @@ func (r *Reconciler) handleSkips(ctx context.Context, s *scope) error {
 		switch {
 		case mp.State == upgradev1alpha1.MachinePending:
 			mp.State, mp.Finished, mp.Message = upgradev1alpha1.MachineSkipped, now(s), "skipped before it started: "+reason
-			r.event(s, r.machineRef(u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
+			r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
 			if err := r.checkpoint(ctx, s); err != nil {
 				return err
 			}
