@@ -339,10 +339,7 @@ func (r *Reconciler) rollMachines(ctx context.Context, s *scope, post []compiled
 		}
 	}
 	// Start new Machines.
-	for {
-		if u.Spec.Paused || u.Spec.Abort {
-			break
-		}
+	for !u.Spec.Paused && !u.Spec.Abort {
 		inFlight, next := 0, -1
 		var lastFinished time.Time
 		for i, mp := range u.Status.Machines {

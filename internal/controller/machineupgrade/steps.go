@@ -236,10 +236,9 @@ func (r *Reconciler) cameBack(ctx context.Context, u *upgradev1alpha1.MachineUpg
 		if err != nil {
 			return false, "", err
 		}
-		switch {
-		case node == nil:
+		if node == nil {
 			waits = append(waits, "its Node "+m.Status.NodeRef.Name)
-		default:
+		} else {
 			if !nodeReady(node) {
 				waits = append(waits, "Node "+node.Name+" Ready")
 			}
