@@ -87,6 +87,12 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 				r.event(s, m, corev1.EventTypeNormal, EventReset, "PowerCycle", "Machine %s: not reset again: %s", m.Name, why)
 				return true, "", nil
 			}
+			// No sign of it: say so in a checkpoint first, so that of two
+			// reconciles resuming from the same status only one sends it.
+			mp.Message = "resumed with no sign of a reset sent: sending it"
+			if err := r.checkpoint(ctx, s); err != nil {
+				return false, "", err
+			}
 		}
 		err := r.redfishReset(ctx, s, m, "PowerCycle")
 		return err == nil, "", err
