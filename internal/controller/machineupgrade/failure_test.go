@@ -197,3 +197,29 @@ func TestSkipMovesOn(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, node)).To(Succeed())
 	g.Expect(node.Spec.Unschedulable).To(BeFalse())
 }
+
+// Pre-checks that stay false hold every Machine untouched, then the upgrade
+// is Stalled with ChecksFailed naming the check and the Machine.
+func TestPreChecksHold(t *testing.T) {
+	ns := need(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ms := fleet(t, ns, "pc", 1)
+	u := newUpgrade(ns, "prechecks", "pc", 1)
+	u.Spec.PreChecks = []upgradev1alpha1.Check{{Name: "on-version-9", Expression: `machine.spec.version == "9"`}}
+	u.Spec.Strategy.MaxAttempts = 2
+	u.Spec.Timeouts.Checks = &metav1.Duration{Duration: time.Second}
+	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
+	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
+		hasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.ChecksFailedReason)
+	})
+	g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseFailed))
+	g.Expect(conditionMessage(u, upgradev1alpha1.StalledCondition)).To(ContainSubstring("step PreChecks failed 2 time(s): timed out after 1s: check on-version-9 is false for Machine pc-0"))
+	g.Expect(u.Status.Machines).To(BeEmpty(), "no Machine was started")
+	m := &machinev1alpha1.Machine{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(ms[0]), m)).To(Succeed())
+	g.Expect(m.Spec.Image).To(Equal("v1"))
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, node)).To(Succeed())
+	g.Expect(node.Spec.Unschedulable).To(BeFalse())
+}
