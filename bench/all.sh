@@ -27,6 +27,7 @@ CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000 -secrets 10000}
 CERTIFICATES_ALL_ARGS=${CERTIFICATES_ALL_ARGS:--n 1000 -secrets 10000 -all-secret-data}
 DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
 BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
+UPGRADE_ARGS=${UPGRADE_ARGS:--n 100 -max 1,10,25}
 SKIP=${SKIP:-}
 LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
 mkdir -p "$LOGS"
@@ -66,6 +67,7 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench certificates-all-secrets go run ./bench/certificates $CERTIFICATES_ALL_ARGS
 	bench dhcp go run ./bench/dhcp $DHCP_ARGS
 	bench bmc go run ./bench/bmc $BMC_ARGS
+	bench upgrade go run ./bench/upgrade $UPGRADE_ARGS
 }
 
 echo

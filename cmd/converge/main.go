@@ -49,7 +49,7 @@ cluster -> outside world (databases and other external systems).
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: error, info, debug, or a number (higher is more verbose)")
 	root.AddCommand(newRunCommand(g), newUpCommand(g), newVersionCommand(),
 		newRolloutCommand(g), newReconcileCommand(g), newSyncCommand(g), newDiffCommand(g), newAgentCommand(g),
-		newMachineCommand(g))
+		newMachineCommand(g), newUpgradeCommand(g))
 	root.AddCommand(newCertCommand(g))
 	return root
 }

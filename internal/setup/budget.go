@@ -32,6 +32,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
 	"github.com/converge-dev/converge/internal/controller/machinebmc"
+	"github.com/converge-dev/converge/internal/controller/machineupgrade"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -99,6 +100,10 @@ var defaultBudgets = map[string]Budget{
 	// machinebmc: its budget is also the BMCs' (each accepted command is
 	// one Machine patch); 20 / 30, as the Machine controller it feeds.
 	machinebmc.ControllerName: {QPS: 20, Burst: 30},
+	// machineupgrade: per Machine about twenty writes (two checkpoints per
+	// step, cordon, patch, uncordon) and an uncached read of the upgrade
+	// per reconcile; 20 / 30, as the Machine controller it drives.
+	machineupgrade.ControllerName: {QPS: 20, Burst: 30},
 	// certificate, certificaterequest: a few writes per issuance (key
 	// Secret, request, Secret, status); 50 / 100 keeps 1000 Certificates
 	// within reach of the plain-loop floor (bench/certificates);

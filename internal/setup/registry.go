@@ -21,6 +21,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
 	"github.com/converge-dev/converge/internal/controller/machinebmc"
+	"github.com/converge-dev/converge/internal/controller/machineupgrade"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -35,6 +36,7 @@ import (
 	webhookmachine "github.com/converge-dev/converge/internal/webhook/machine"
 	webhookpki "github.com/converge-dev/converge/internal/webhook/pki"
 	webhooksql "github.com/converge-dev/converge/internal/webhook/sql"
+	webhookupgrade "github.com/converge-dev/converge/internal/webhook/upgrade"
 	webhookworkloads "github.com/converge-dev/converge/internal/webhook/workloads"
 )
 
@@ -96,6 +98,9 @@ var controllers = []controller{
 	}},
 	{name: machinebmc.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&machinebmc.Reconciler{}).SetupWithManager(mgr)
+	}},
+	{name: machineupgrade.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
+		return (&machineupgrade.Reconciler{}).SetupWithManager(mgr)
 	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines
@@ -164,6 +169,7 @@ var webhooks = []webhookSet{
 	{name: "ippool", setup: webhookdhcp.IPPool{}.SetupWithManager},
 	{name: "machinenetworkconfig", setup: webhookdhcp.MachineNetworkConfig{}.SetupWithManager},
 	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},
+	{name: "machineupgrade", setup: webhookupgrade.MachineUpgrade{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
 	}},

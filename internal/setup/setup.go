@@ -48,6 +48,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
@@ -291,6 +292,7 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(pkiv1alpha1.AddToScheme(s))
 	utilruntime.Must(dhcpv1alpha1.AddToScheme(s))
 	utilruntime.Must(bmcv1alpha1.AddToScheme(s))
+	utilruntime.Must(upgradev1alpha1.AddToScheme(s))
 	return s
 }
 

@@ -28,6 +28,7 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
@@ -60,6 +61,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=kwokmachines/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
+// +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -142,7 +144,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, km *infrastructurev1alph
 	err := r.Get(ctx, types.NamespacedName{Name: name}, node)
 	switch {
 	case apierrors.IsNotFound(err):
-		node = newNode(km, name)
+		node = newNode(km, name, r.machineVersion(ctx, km))
 		if err := r.Create(ctx, node, client.FieldOwner(FieldManager)); err != nil {
 			return fmt.Errorf("registering Node %s: %w", name, err)
 		}
@@ -157,15 +159,19 @@ func (r *Reconciler) reconcileNode(ctx context.Context, km *infrastructurev1alph
 		if err := r.power(ctx, km, node); err != nil {
 			return err
 		}
+		if err := r.firstImage(ctx, km, node); err != nil {
+			return err
+		}
 	}
 	observe(km, node)
 	return nil
 }
 
-func newNode(km *infrastructurev1alpha1.KwokMachine, name string) *corev1.Node {
+func newNode(km *infrastructurev1alpha1.KwokMachine, name, version string) *corev1.Node {
 	ann := map[string]string{OwnerAnnotation: owner(km)}
 	if wantOn(km) {
 		ann[KwokNodeAnnotation] = "fake"
+		booted(ann, km, version)
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -191,6 +197,7 @@ func (r *Reconciler) power(ctx context.Context, km *infrastructurev1alpha1.KwokM
 		base := node.DeepCopy()
 		if on {
 			node.Annotations[KwokNodeAnnotation] = "fake"
+			booted(node.Annotations, km, r.machineVersion(ctx, km))
 		} else {
 			delete(node.Annotations, KwokNodeAnnotation)
 		}
@@ -210,6 +217,46 @@ func (r *Reconciler) power(ctx context.Context, km *infrastructurev1alpha1.KwokM
 		}
 	}
 	return nil
+}
+
+// booted records, on a Node whose machine boots (registration, or power
+// on), the image it boots and the version of its Machine, as a kubelet
+// reports status.nodeInfo at its start: they change only at the next boot,
+// so the upgrade controller reads them to know what a machine came back
+// with.
+func booted(ann map[string]string, km *infrastructurev1alpha1.KwokMachine, version string) {
+	ann[upgradev1alpha1.BootedImageAnnotation] = km.Spec.Image
+	ann[upgradev1alpha1.BootedVersionAnnotation] = version
+}
+
+// firstImage records the image and version of a running Node that was
+// registered before its Machine gave the KwokMachine an image (a
+// KwokMachine is often created before its Machine): it is taken to have
+// booted the first image it is given. Later images need a boot.
+func (r *Reconciler) firstImage(ctx context.Context, km *infrastructurev1alpha1.KwokMachine, node *corev1.Node) error {
+	if km.Spec.Image == "" || node.Annotations[upgradev1alpha1.BootedImageAnnotation] != "" || node.Annotations[KwokNodeAnnotation] == "" {
+		return nil
+	}
+	base := node.DeepCopy()
+	booted(node.Annotations, km, r.machineVersion(ctx, km))
+	if err := r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("recording the image of Node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+// machineVersion is the spec.version of the Machine that controls km, or
+// "" when there is none (a KwokMachine on its own has no version).
+func (r *Reconciler) machineVersion(ctx context.Context, km *infrastructurev1alpha1.KwokMachine) string {
+	ref := metav1.GetControllerOf(km)
+	if ref == nil || ref.Kind != "Machine" || ref.APIVersion != machinev1alpha1.GroupVersion.String() {
+		return ""
+	}
+	m := &machinev1alpha1.Machine{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: km.Namespace, Name: ref.Name}, m); err != nil || m.UID != ref.UID {
+		return ""
+	}
+	return m.Spec.Version
 }
 
 func setNodeCondition(n *corev1.Node, c corev1.NodeCondition) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/internal/drain"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
@@ -109,72 +109,35 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (ctrl.Result, bool, er
 	if err != nil || node == nil {
 		return ctrl.Result{}, err == nil, err
 	}
-	if !node.Spec.Unschedulable {
-		base := node.DeepCopy()
-		node.Spec.Unschedulable = true
-		if err := r.Patch(ctx, node, client.MergeFrom(base)); err != nil {
-			return ctrl.Result{}, false, fmt.Errorf("cordoning Node %s: %w", node.Name, err)
-		}
+	if _, err := drain.Cordon(ctx, r.Client, node); err != nil {
+		return ctrl.Result{}, false, err
 	}
 	if m.Status.Deletion == nil || m.Status.Deletion.NodeDrainStartTime == nil {
 		now := metav1.Now()
 		m.Status.Deletion = &machinev1alpha1.MachineDeletionStatus{NodeDrainStartTime: &now}
 	}
-	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("listing Pods on Node %s: %w", node.Name, err)
+	res, err := drain.Evict(ctx, r.Client, r.APIReader, node.Name)
+	for _, p := range res.Evicted {
+		r.Recorder.Eventf(m, p, corev1.EventTypeNormal, EventEvicted, "Drain", "Evicted Pod %s/%s from Node %s", p.Namespace, p.Name, node.Name)
 	}
-	var waiting, refused []string
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if skipDrain(p) {
-			continue
-		}
-		waiting = append(waiting, p.Namespace+"/"+p.Name)
-		if !p.DeletionTimestamp.IsZero() {
-			continue
-		}
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
-		err := r.SubResource("eviction").Create(ctx, p, ev)
-		switch {
-		case err == nil:
-			r.Recorder.Eventf(m, p, corev1.EventTypeNormal, EventEvicted, "Drain", "Evicted Pod %s/%s from Node %s", p.Namespace, p.Name, node.Name)
-		case apierrors.IsNotFound(err):
-		case apierrors.IsTooManyRequests(err):
-			refused = append(refused, p.Namespace+"/"+p.Name)
-		default:
-			return ctrl.Result{}, false, fmt.Errorf("evicting Pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
+	if err != nil {
+		return ctrl.Result{}, false, err
 	}
+	waiting, refused := res.Waiting, res.Refused
 	if len(waiting) == 0 {
 		return ctrl.Result{}, true, nil
 	}
 	if time.Since(m.Status.Deletion.NodeDrainStartTime.Time) > r.DrainTimeout {
 		r.Recorder.Eventf(m, node, corev1.EventTypeWarning, EventDrainTimeout, "Drain",
-			"Drain of Node %s did not finish within %s; deleting the machine with %d Pod(s) left: %s", node.Name, r.DrainTimeout, len(waiting), joinNames(waiting, 5))
+			"Drain of Node %s did not finish within %s; deleting the machine with %d Pod(s) left: %s", node.Name, r.DrainTimeout, len(waiting), drain.JoinNames(waiting, 5))
 		return ctrl.Result{}, true, nil
 	}
-	msg := fmt.Sprintf("draining Node %s: %d Pod(s) left: %s", node.Name, len(waiting), joinNames(waiting, 5))
+	msg := fmt.Sprintf("draining Node %s: %d Pod(s) left: %s", node.Name, len(waiting), drain.JoinNames(waiting, 5))
 	if len(refused) > 0 {
-		msg += fmt.Sprintf("; a PodDisruptionBudget refuses the eviction of %s", joinNames(refused, 5))
+		msg += fmt.Sprintf("; a PodDisruptionBudget refuses the eviction of %s", drain.JoinNames(refused, 5))
 	}
 	r.deleting(s, machinev1alpha1.DrainingReason, msg)
 	return ctrl.Result{RequeueAfter: drainPoll}, false, nil
-}
-
-// skipDrain: DaemonSet Pods (they would come back), mirror Pods and Pods
-// that have finished are left alone, as kubectl drain does.
-func skipDrain(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return true
-	}
-	if c := metav1.GetControllerOf(p); c != nil && c.Kind == "DaemonSet" {
-		return true
-	}
-	return false
 }
 
 // deleteInfrastructure deletes the provider object and reports whether it

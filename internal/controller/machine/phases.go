@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -232,11 +231,4 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) {
 	if err := r.List(ctx, nodes, client.MatchingFields{nodeProviderIDIndex: st.ProviderID}); err == nil && len(nodes.Items) > 0 {
 		s.node = &nodes.Items[0]
 	}
-}
-
-func joinNames(names []string, limit int) string {
-	if len(names) > limit {
-		return strings.Join(names[:limit], ", ") + fmt.Sprintf(" and %d more", len(names)-limit)
-	}
-	return strings.Join(names, ", ")
 }

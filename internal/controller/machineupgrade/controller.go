@@ -1,0 +1,240 @@
+// Package machineupgrade implements the MachineUpgrade controller: a
+// resumable state machine that rolls the Machines a MachineUpgrade selects
+// to a new image and version, at most maxUnavailable at a time, through
+// checkpointed steps: pre-checks, then per Machine cordon, drain (Eviction
+// API), set image, power cycle through the Machine's MachineBMC over
+// Redfish, wait for boot, uncordon, post-check, then cluster post-checks.
+//
+// Every step is written to the status before it runs (state Running, with
+// an optimistic lock on the resourceVersion, so that two reconciles can
+// never both start it) and after it finished (Succeeded or Failed). A
+// manager killed at any point resumes from the status: a finished step is
+// never run again, and the one step that is not idempotent (the power
+// cycle) looks for the evidence of a reset it may have sent before sending
+// another.
+package machineupgrade
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+)
+
+// ControllerName is the controller's name.
+const ControllerName = "machineupgrade"
+
+// FieldManager is the field manager of the controller's writes.
+const FieldManager = "converge-machineupgrade"
+
+// Defaults of the spec's optional fields.
+const (
+	DefaultMaxAttempts        = 3
+	DefaultDrainTimeout       = 10 * time.Minute
+	DefaultPowerCycleTimeout  = 30 * time.Second
+	DefaultWaitForBootTimeout = 10 * time.Minute
+	DefaultChecksTimeout      = 5 * time.Minute
+	// DefaultBootKick is how long WaitForBoot lets a Machine stay off
+	// (asked Off and observed Off: a power cycle whose BMC stopped between
+	// the off and the on) before it powers it on through Redfish.
+	DefaultBootKick = 10 * time.Second
+	// backoffBase is the wait before the second attempt; it doubles.
+	backoffBase = time.Second
+	// poll is how often a waiting step looks again (the Machine watch
+	// usually comes first).
+	poll = time.Second
+)
+
+// Event reasons, on the MachineUpgrade (the related object is the Machine,
+// Node or Pod concerned).
+const (
+	EventStepSucceeded = "StepSucceeded"
+	EventStepFailed    = "StepFailed"
+	EventEvicted       = "Evicted"
+	EventReset         = "RedfishReset"
+	EventSkipped       = "Skipped"
+	EventAborted       = "Aborted"
+	EventRetry         = "Retry"
+)
+
+// +kubebuilder:rbac:groups=upgrade.converge.dev,resources=machineupgrades,verbs=get;list;watch
+// +kubebuilder:rbac:groups=upgrade.converge.dev,resources=machineupgrades/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=bmc.converge.dev,resources=machinebmcs,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler reconciles MachineUpgrades.
+type Reconciler struct {
+	client.Client
+	// APIReader reads uncached: the MachineUpgrade at the start of each
+	// reconcile, Pods during a drain, the Machine around its power cycle,
+	// the BMC's Secret.
+	APIReader client.Reader
+	// Recorder records Events.
+	Recorder events.EventRecorder
+	// HTTPClient talks Redfish to the BMCs. The default does not verify
+	// the BMC's certificate: a MachineBMC serves a self-signed certificate
+	// made at each start and publishes no CA (docs/bmc.md), so a client
+	// can only trust the session it opens.
+	HTTPClient *http.Client
+	// BootKick; DefaultBootKick when zero.
+	BootKick time.Duration
+	// Now; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Client = mgr.GetClient()
+	r.APIReader = mgr.GetAPIReader()
+	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	if r.HTTPClient == nil {
+		r.HTTPClient = &http.Client{
+			Timeout: DefaultPowerCycleTimeout,
+			Transport: &http.Transport{
+				TLSClientConfig:     &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // the BMC's certificate is self-signed and no CA is published; see HTTPClient
+				MaxIdleConnsPerHost: 2,
+			},
+		}
+	}
+	if r.BootKick == 0 {
+		r.BootKick = DefaultBootKick
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&upgradev1alpha1.MachineUpgrade{}).
+		Watches(&machinev1alpha1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.upgradesForMachine)).
+		Complete(r)
+}
+
+// upgradesForMachine maps a Machine to the unfinished MachineUpgrades of
+// its namespace that list it or select it.
+func (r *Reconciler) upgradesForMachine(ctx context.Context, o client.Object) []reconcile.Request {
+	l := &upgradev1alpha1.MachineUpgradeList{}
+	if err := r.List(ctx, l, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range l.Items {
+		u := &l.Items[i]
+		if u.Finished() {
+			continue
+		}
+		if u.Status.Machine(o.GetName()) != nil {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(u)})
+			continue
+		}
+		if sel, err := selectorOf(u); err == nil && sel.Matches(labels.Set(o.GetLabels())) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(u)})
+		}
+	}
+	return out
+}
+
+// scope is what one reconcile read and observed.
+type scope struct {
+	u    *upgradev1alpha1.MachineUpgrade
+	base *upgradev1alpha1.MachineUpgrade // the status as last written
+	now  time.Time
+	// startedHere: the Machines whose current step this reconcile
+	// checkpointed as Running (so its side effect has not run yet).
+	startedHere map[string]bool
+	// observations for the conditions
+	drainBlocked []string // messages of drains a PodDisruptionBudget holds
+	waiting      []string // messages of Machines not back yet
+	invalid      string   // why the spec cannot be acted on
+	requeue      time.Duration
+}
+
+func (s *scope) requeueAfter(d time.Duration) {
+	if d <= 0 {
+		d = 10 * time.Millisecond
+	}
+	if s.requeue == 0 || d < s.requeue {
+		s.requeue = d
+	}
+}
+
+// Reconcile drives one MachineUpgrade one or more steps on.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	// The upgrade is read uncached: its status is the checkpoint, and
+	// acting on a stale one would repeat a step. Every write is still
+	// locked on the resourceVersion read here.
+	u := &upgradev1alpha1.MachineUpgrade{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, u); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !u.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineUpgrade", req.String()))
+	s := &scope{u: u, base: u.DeepCopy(), now: r.Now(), startedHere: map[string]bool{}}
+	defer func() {
+		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
+			u.Status.ObservedGeneration = u.Generation
+		}
+		err := r.checkpoint(ctx, s)
+		if apierrors.IsConflict(err) && retErr == nil {
+			// Another write came first: read again, act on what it wrote.
+			res = ctrl.Result{RequeueAfter: 10 * time.Millisecond}
+			err = nil
+		}
+		retErr = errors.Join(retErr, err)
+	}()
+	if err := r.reconcileNormal(ctx, s); err != nil {
+		if apierrors.IsConflict(err) {
+			s.requeueAfter(10 * time.Millisecond)
+			return ctrl.Result{RequeueAfter: s.requeue}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: s.requeue}, nil
+}
+
+// checkpoint writes the status as a merge patch locked on the
+// resourceVersion of the last read or write: a conflict is returned, never
+// re-applied, so two reconciles can never both record the start of a step.
+// On success u holds what the server stored.
+func (r *Reconciler) checkpoint(ctx context.Context, s *scope) error {
+	computeStatus(s)
+	if equality.Semantic.DeepEqual(s.base.Status, s.u.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, s.u, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("checkpointing the status of %s: %w", client.ObjectKeyFromObject(s.u), err)
+	}
+	s.base = s.u.DeepCopy()
+	return nil
+}
+
+func selectorOf(u *upgradev1alpha1.MachineUpgrade) (labels.Selector, error) {
+	sel, err := metav1LabelSelectorAsSelector(u)
+	if err != nil {
+		return nil, fmt.Errorf("spec.selector: %w", err)
+	}
+	return sel, nil
+}

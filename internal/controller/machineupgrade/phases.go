@@ -1,0 +1,654 @@
+package machineupgrade
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/upgradecheck"
+)
+
+func metav1LabelSelectorAsSelector(u *upgradev1alpha1.MachineUpgrade) (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(&u.Spec.Selector)
+}
+
+func maxAttempts(u *upgradev1alpha1.MachineUpgrade) int32 {
+	if u.Spec.Strategy.MaxAttempts > 0 {
+		return u.Spec.Strategy.MaxAttempts
+	}
+	return DefaultMaxAttempts
+}
+
+func maxUnavailable(u *upgradev1alpha1.MachineUpgrade) int {
+	if u.Spec.Strategy.MaxUnavailable > 0 {
+		return int(u.Spec.Strategy.MaxUnavailable)
+	}
+	return 1
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil || d.Duration <= 0 {
+		return def
+	}
+	return d.Duration
+}
+
+// timeout is the bound of a step; zero for the steps that are one write.
+func timeout(u *upgradev1alpha1.MachineUpgrade, step upgradev1alpha1.StepName) time.Duration {
+	t := u.Spec.Timeouts
+	switch step {
+	case upgradev1alpha1.StepDrain:
+		return durationOr(t.Drain, DefaultDrainTimeout)
+	case upgradev1alpha1.StepPowerCycle:
+		return durationOr(t.PowerCycle, DefaultPowerCycleTimeout)
+	case upgradev1alpha1.StepWaitForBoot:
+		return durationOr(t.WaitForBoot, DefaultWaitForBootTimeout)
+	case upgradev1alpha1.StepPostCheck, upgradev1alpha1.StepPreChecks, upgradev1alpha1.StepPostChecks:
+		return durationOr(t.Checks, DefaultChecksTimeout)
+	}
+	return 0
+}
+
+// backoff is the wait after the attempts-th failed attempt.
+func backoff(attempts int32) time.Duration {
+	d := backoffBase
+	for i := int32(1); i < attempts && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return d
+}
+
+func (r *Reconciler) event(s *scope, related runtime.Object, typ, reason, action, format string, args ...any) {
+	r.Recorder.Eventf(s.u, related, typ, reason, action, format, args...)
+}
+
+// reconcileNormal handles the verbs, then moves the upgrade on.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
+	u := s.u
+	if u.Finished() {
+		return nil
+	}
+	checks, err := compileChecks(u)
+	if err != nil {
+		s.invalid = err.Error()
+		return reconcile.TerminalError(err)
+	}
+	if _, err := selectorOf(u); err != nil {
+		s.invalid = err.Error()
+		return reconcile.TerminalError(err)
+	}
+	if err := r.handleRetry(ctx, s); err != nil {
+		return err
+	}
+	if err := r.handleSkips(ctx, s); err != nil {
+		return err
+	}
+
+	for _, name := range []upgradev1alpha1.StepName{upgradev1alpha1.StepPreChecks, upgradev1alpha1.StepMachines, upgradev1alpha1.StepPostChecks} {
+		ensureStep(u, name)
+	}
+	// Step pointers are looked up again after each checkpoint: a write
+	// replaces u's status with the server's.
+	pre := u.Status.Step(upgradev1alpha1.StepPreChecks)
+	if pre.State != upgradev1alpha1.StepStateSucceeded && pre.State != upgradev1alpha1.StepStateSkipped {
+		if u.Spec.Abort && pre.State != upgradev1alpha1.StepStateRunning {
+			return r.abortAll(ctx, s)
+		}
+		done, err := r.clusterChecks(ctx, s, upgradev1alpha1.StepPreChecks, checks.pre)
+		if err != nil || !done {
+			return err
+		}
+	}
+	ms := u.Status.Step(upgradev1alpha1.StepMachines)
+	if ms.State != upgradev1alpha1.StepStateSucceeded && ms.State != upgradev1alpha1.StepStateSkipped {
+		done, err := r.rollMachines(ctx, s, checks.post)
+		if err != nil || !done {
+			return err
+		}
+	}
+	post := u.Status.Step(upgradev1alpha1.StepPostChecks)
+	if post.State != upgradev1alpha1.StepStateSucceeded && post.State != upgradev1alpha1.StepStateSkipped {
+		if u.Spec.Abort && post.State != upgradev1alpha1.StepStateRunning {
+			post.State, post.Message = upgradev1alpha1.StepStateSkipped, "aborted"
+			return r.checkpoint(ctx, s)
+		}
+		if _, err := r.clusterChecks(ctx, s, upgradev1alpha1.StepPostChecks, checks.post); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type compiled struct {
+	name string
+	prg  *upgradecheck.Program
+}
+
+type checkSet struct{ pre, post []compiled }
+
+func compileChecks(u *upgradev1alpha1.MachineUpgrade) (checkSet, error) {
+	var cs checkSet
+	for _, c := range u.Spec.PreChecks {
+		p, err := upgradecheck.Compile(c.Expression)
+		if err != nil {
+			return cs, fmt.Errorf("spec.preChecks[%s]: %w", c.Name, err)
+		}
+		cs.pre = append(cs.pre, compiled{c.Name, p})
+	}
+	for _, c := range u.Spec.PostChecks {
+		p, err := upgradecheck.Compile(c.Expression)
+		if err != nil {
+			return cs, fmt.Errorf("spec.postChecks[%s]: %w", c.Name, err)
+		}
+		cs.post = append(cs.post, compiled{c.Name, p})
+	}
+	return cs, nil
+}
+
+// ensureStep returns the upgrade's step name, adding it Pending.
+func ensureStep(u *upgradev1alpha1.MachineUpgrade, name upgradev1alpha1.StepName) *upgradev1alpha1.StepStatus {
+	if st := u.Status.Step(name); st != nil {
+		return st
+	}
+	u.Status.Steps = append(u.Status.Steps, upgradev1alpha1.StepStatus{Name: name, State: upgradev1alpha1.StepStatePending})
+	return u.Status.Step(name)
+}
+
+// clusterChecks runs PreChecks or PostChecks over every selected Machine.
+func (r *Reconciler) clusterChecks(ctx context.Context, s *scope, name upgradev1alpha1.StepName, checks []compiled) (bool, error) {
+	u := s.u
+	st := u.Status.Step(name)
+	switch st.State {
+	case upgradev1alpha1.StepStatePending, "":
+		if u.Spec.Paused {
+			return false, nil
+		}
+		st.State, st.Attempts, st.Started, st.Message = upgradev1alpha1.StepStateRunning, 1, now(s), ""
+		if err := r.checkpoint(ctx, s); err != nil {
+			return false, err
+		}
+	case upgradev1alpha1.StepStateFailed:
+		if st.Attempts >= maxAttempts(u) {
+			return false, nil // Stalled: a retry moves it on
+		}
+		if st.NextAttempt != nil && s.now.Before(st.NextAttempt.Time) {
+			s.requeueAfter(st.NextAttempt.Sub(s.now))
+			return false, nil
+		}
+		if u.Spec.Paused {
+			return false, nil
+		}
+		st.State, st.Started, st.NextAttempt = upgradev1alpha1.StepStateRunning, now(s), nil
+		st.Attempts++
+		if err := r.checkpoint(ctx, s); err != nil {
+			return false, err
+		}
+	}
+	st = u.Status.Step(name)
+	machines, err := r.selected(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	if name == upgradev1alpha1.StepPostChecks {
+		// The cluster post-checks are about the Machines upgraded.
+		kept := machines[:0]
+		for _, m := range machines {
+			if mp := u.Status.Machine(m.Name); mp == nil || mp.State == upgradev1alpha1.MachineUpgraded {
+				kept = append(kept, m)
+			}
+		}
+		machines = kept
+	}
+	why := ""
+	for i := range machines {
+		ok, msg, err := r.evalChecks(ctx, &machines[i], checks)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			why = msg
+			break
+		}
+	}
+	if why == "" {
+		st.State, st.Finished, st.Message, st.NextAttempt = upgradev1alpha1.StepStateSucceeded, now(s), fmt.Sprintf("%d check(s) true for %d Machine(s)", len(checks), len(machines)), nil
+		r.event(s, nil, corev1.EventTypeNormal, EventStepSucceeded, string(st.Name), "%s passed: %s", st.Name, st.Message)
+		return true, r.checkpoint(ctx, s)
+	}
+	st.Message = why
+	if s.now.Sub(st.Started.Time) > timeout(u, st.Name) {
+		st.State = upgradev1alpha1.StepStateFailed
+		st.Message = fmt.Sprintf("timed out after %s: %s", timeout(u, st.Name), why)
+		st.NextAttempt = &metav1.Time{Time: s.now.Add(backoff(st.Attempts))}
+		r.event(s, nil, corev1.EventTypeWarning, EventStepFailed, string(st.Name), "%s failed (attempt %d of %d): %s", st.Name, st.Attempts, maxAttempts(u), st.Message)
+		return false, r.checkpoint(ctx, s)
+	}
+	s.requeueAfter(poll)
+	return false, nil
+}
+
+// evalChecks evaluates checks against m and its Node; msg names the first
+// false one.
+func (r *Reconciler) evalChecks(ctx context.Context, m *machinev1alpha1.Machine, checks []compiled) (bool, string, error) {
+	if len(checks) == 0 {
+		return true, "", nil
+	}
+	mu, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m)
+	if err != nil {
+		return false, "", err
+	}
+	var nu map[string]any
+	if node, err := r.machineNode(ctx, m); err != nil {
+		return false, "", err
+	} else if node != nil {
+		if nu, err = runtime.DefaultUnstructuredConverter.ToUnstructured(node); err != nil {
+			return false, "", err
+		}
+	}
+	for _, c := range checks {
+		ok, err := c.prg.Eval(mu, nu)
+		if err != nil {
+			return false, fmt.Sprintf("check %s on Machine %s: %v", c.name, m.Name, err), nil
+		}
+		if !ok {
+			return false, fmt.Sprintf("check %s is false for Machine %s", c.name, m.Name), nil
+		}
+	}
+	return true, "", nil
+}
+
+// selected lists the Machines of the upgrade: those in status.machines
+// once the set is fixed, else those the selector picks, in upgrade order.
+func (r *Reconciler) selected(ctx context.Context, s *scope) ([]machinev1alpha1.Machine, error) {
+	u := s.u
+	sel, err := selectorOf(u)
+	if err != nil {
+		return nil, err
+	}
+	l := &machinev1alpha1.MachineList{}
+	if err := r.List(ctx, l, client.InNamespace(u.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing Machines: %w", err)
+	}
+	key := u.Spec.Strategy.OrderByLabel
+	sort.Slice(l.Items, func(i, j int) bool {
+		a, b := l.Items[i], l.Items[j]
+		if key != "" && a.Labels[key] != b.Labels[key] {
+			return a.Labels[key] < b.Labels[key]
+		}
+		return a.Name < b.Name
+	})
+	if len(u.Status.Machines) == 0 {
+		return l.Items, nil
+	}
+	var out []machinev1alpha1.Machine
+	for _, m := range l.Items {
+		if u.Status.Machine(m.Name) != nil {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func now(s *scope) *metav1.Time { return &metav1.Time{Time: s.now} }
+
+// rollMachines fixes the set of Machines, moves every Machine in flight
+// on, and starts new ones while fewer than maxUnavailable are in flight.
+func (r *Reconciler) rollMachines(ctx context.Context, s *scope, post []compiled) (bool, error) {
+	u := s.u
+	st := u.Status.Step(upgradev1alpha1.StepMachines)
+	if st.State == upgradev1alpha1.StepStatePending || st.State == "" {
+		if u.Spec.Paused {
+			return false, nil
+		}
+		machines, err := r.selected(ctx, s)
+		if err != nil {
+			return false, err
+		}
+		u.Status.Machines = nil
+		for _, m := range machines {
+			u.Status.Machines = append(u.Status.Machines, upgradev1alpha1.MachineProgress{
+				Name: m.Name, State: upgradev1alpha1.MachinePending,
+				PreviousImage: m.Spec.Image, PreviousVersion: m.Spec.Version,
+			})
+		}
+		st.State, st.Started, st.Attempts = upgradev1alpha1.StepStateRunning, now(s), 1
+		if err := r.checkpoint(ctx, s); err != nil {
+			return false, err
+		}
+	}
+	for i := range u.Status.Machines {
+		mp := &u.Status.Machines[i]
+		if mp.State != upgradev1alpha1.MachineUpgrading {
+			continue
+		}
+		if err := r.advance(ctx, s, mp.Name, post); err != nil {
+			return false, err
+		}
+	}
+	// Start new Machines.
+	for !u.Spec.Paused && !u.Spec.Abort {
+		inFlight, next := 0, -1
+		var lastFinished time.Time
+		for i, mp := range u.Status.Machines {
+			switch mp.State {
+			case upgradev1alpha1.MachineUpgrading, upgradev1alpha1.MachineFailed:
+				inFlight++
+			case upgradev1alpha1.MachinePending:
+				if next < 0 {
+					next = i
+				}
+			case upgradev1alpha1.MachineUpgraded:
+				if mp.Finished != nil && mp.Finished.After(lastFinished) {
+					lastFinished = mp.Finished.Time
+				}
+			}
+		}
+		if next < 0 || inFlight >= maxUnavailable(u) {
+			break
+		}
+		if p := u.Spec.Strategy.PauseBetweenMachines; p != nil && !lastFinished.IsZero() && s.now.Sub(lastFinished) < p.Duration {
+			s.requeueAfter(p.Duration - s.now.Sub(lastFinished))
+			break
+		}
+		mp := &u.Status.Machines[next]
+		mp.State, mp.Started = upgradev1alpha1.MachineUpgrading, now(s)
+		if err := r.advance(ctx, s, mp.Name, post); err != nil {
+			return false, err
+		}
+	}
+	if u.Spec.Abort {
+		for i := range u.Status.Machines {
+			mp := &u.Status.Machines[i]
+			if mp.State == upgradev1alpha1.MachinePending {
+				mp.State, mp.Finished, mp.Message = upgradev1alpha1.MachineAborted, now(s), "aborted before it started; not changed"
+			}
+		}
+	}
+	for _, mp := range u.Status.Machines {
+		switch mp.State {
+		case upgradev1alpha1.MachineUpgraded, upgradev1alpha1.MachineSkipped, upgradev1alpha1.MachineAborted:
+		default:
+			return false, r.checkpoint(ctx, s)
+		}
+	}
+	st = u.Status.Step(upgradev1alpha1.StepMachines)
+	st.State, st.Finished = upgradev1alpha1.StepStateSucceeded, now(s)
+	st.Message = "every Machine upgraded, skipped or aborted"
+	if u.Spec.Abort {
+		st.Message = "aborted"
+		post := u.Status.Step(upgradev1alpha1.StepPostChecks)
+		post.State, post.Message = upgradev1alpha1.StepStateSkipped, "aborted"
+	}
+	return !u.Spec.Abort, r.checkpoint(ctx, s)
+}
+
+func stepIndex(step upgradev1alpha1.StepName) int {
+	for i, s := range upgradev1alpha1.MachineSteps {
+		if s == step {
+			return i
+		}
+	}
+	return -1
+}
+
+// advance moves one Machine on by as many steps as are done now. Each step
+// is checkpointed Running before its side effect and Succeeded or Failed
+// after it.
+func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []compiled) error {
+	u := s.u
+	for {
+		mp := u.Status.Machine(name)
+		switch mp.StepState {
+		case "", upgradev1alpha1.StepStateSucceeded:
+			i := stepIndex(mp.Step) + 1
+			if mp.Step == "" {
+				i = 0
+			}
+			if i >= len(upgradev1alpha1.MachineSteps) {
+				mp.State, mp.Finished, mp.Message = upgradev1alpha1.MachineUpgraded, now(s), fmt.Sprintf("upgraded to %s %s", u.Spec.Image, u.Spec.Version)
+				return r.checkpoint(ctx, s)
+			}
+			// Between steps: a pause holds here; an abort leaves the Machine
+			// unless it has been power cycled (then it comes back and is
+			// uncordoned and checked: it runs the new image).
+			if u.Spec.Abort && i <= stepIndex(upgradev1alpha1.StepPowerCycle) {
+				return r.leave(ctx, s, name, "aborted")
+			}
+			if u.Spec.Paused {
+				return nil
+			}
+			mp.Step, mp.StepState, mp.Attempts, mp.StepStarted, mp.NextAttempt, mp.LastError, mp.Message =
+				upgradev1alpha1.MachineSteps[i], upgradev1alpha1.StepStateRunning, 1, now(s), nil, "", ""
+			if err := r.checkpoint(ctx, s); err != nil {
+				return err
+			}
+			s.startedHere[name] = true
+		case upgradev1alpha1.StepStateFailed:
+			if mp.Attempts >= maxAttempts(u) {
+				if u.Spec.Abort {
+					return r.leave(ctx, s, name, "aborted after step "+string(mp.Step)+" failed")
+				}
+				if mp.State != upgradev1alpha1.MachineFailed {
+					mp.State = upgradev1alpha1.MachineFailed
+					return r.checkpoint(ctx, s)
+				}
+				return nil // Stalled: retry, skip or abort moves it on
+			}
+			if u.Spec.Abort {
+				return r.leave(ctx, s, name, "aborted after step "+string(mp.Step)+" failed")
+			}
+			if mp.NextAttempt != nil && s.now.Before(mp.NextAttempt.Time) {
+				s.requeueAfter(mp.NextAttempt.Sub(s.now))
+				return nil
+			}
+			if u.Spec.Paused {
+				return nil
+			}
+			mp.State, mp.StepState, mp.StepStarted, mp.NextAttempt = upgradev1alpha1.MachineUpgrading, upgradev1alpha1.StepStateRunning, now(s), nil
+			mp.Attempts++
+			if err := r.checkpoint(ctx, s); err != nil {
+				return err
+			}
+			s.startedHere[name] = true
+		case upgradev1alpha1.StepStateRunning:
+			// Resumed, or a step that waits: run it (again; every step but
+			// the power cycle is idempotent, and that one checks first).
+			// An abort does not wait for a drain or a post-check, which may
+			// wait long and have changed nothing; a machine booting the new
+			// image is waited for.
+			if u.Spec.Abort && (mp.Step == upgradev1alpha1.StepDrain || mp.Step == upgradev1alpha1.StepPostCheck) {
+				return r.leave(ctx, s, name, "aborted during "+string(mp.Step))
+			}
+		default:
+			return nil
+		}
+
+		mp = u.Status.Machine(name)
+		done, msg, err := r.runStep(ctx, s, mp, post)
+		mp = u.Status.Machine(name) // runStep may have checkpointed
+		if err == nil && !done {
+			if t := timeout(u, mp.Step); t > 0 && s.now.Sub(mp.StepStarted.Time) > t {
+				err = fmt.Errorf("timed out after %s: %s", t, msg)
+			}
+		}
+		if err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			mp.StepState, mp.LastError, mp.Message = upgradev1alpha1.StepStateFailed, truncate(err.Error()), ""
+			mp.NextAttempt = &metav1.Time{Time: s.now.Add(backoff(mp.Attempts))}
+			if mp.Attempts >= maxAttempts(u) {
+				mp.State = upgradev1alpha1.MachineFailed
+			}
+			r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeWarning, EventStepFailed, string(mp.Step),
+				"Machine %s: %s failed (attempt %d of %d): %s", name, mp.Step, mp.Attempts, maxAttempts(u), err)
+			s.requeueAfter(backoff(mp.Attempts))
+			return r.checkpoint(ctx, s)
+		}
+		if !done {
+			mp.Message = truncate(msg)
+			s.requeueAfter(poll)
+			return nil
+		}
+		mp.StepState, mp.Message, mp.LastError = upgradev1alpha1.StepStateSucceeded, "", ""
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventStepSucceeded, string(mp.Step), "Machine %s: %s done", name, mp.Step)
+		if err := r.checkpoint(ctx, s); err != nil {
+			return err
+		}
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 1000 {
+		return s[:1000] + "..."
+	}
+	return s
+}
+
+// machineRef is the Machine name (from the cache), as an Event's related
+// object, or nil.
+func (r *Reconciler) machineRef(ctx context.Context, u *upgradev1alpha1.MachineUpgrade, name string) runtime.Object {
+	m := &machinev1alpha1.Machine{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: name}, m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// leave stops upgrading a Machine (abort or skip) in a defined state: an
+// image written but not yet booted is put back, and a Node this upgrade
+// cordoned is uncordoned if its machine runs. It is marked Aborted (or
+// Skipped) with what was left in the message.
+func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) error {
+	u := s.u
+	mp := u.Status.Machine(name)
+	m := &machinev1alpha1.Machine{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: name}, m); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	} else if err == nil {
+		done := stepIndex(mp.Step)
+		if mp.StepState != upgradev1alpha1.StepStateSucceeded {
+			done--
+		}
+		left := "not changed"
+		if done >= stepIndex(upgradev1alpha1.StepSetImage) && done < stepIndex(upgradev1alpha1.StepPowerCycle) {
+			if err := r.patchMachineSpec(ctx, m, mp.PreviousImage, mp.PreviousVersion, machinev1alpha1.BootDisk, false); err != nil {
+				return err
+			}
+			left = fmt.Sprintf("spec put back to %s %s (it was never power cycled)", mp.PreviousImage, mp.PreviousVersion)
+		} else if done >= stepIndex(upgradev1alpha1.StepPowerCycle) {
+			left = "power cycled into " + u.Spec.Image + " " + u.Spec.Version
+		}
+		if done >= stepIndex(upgradev1alpha1.StepCordon) {
+			node, err := r.machineNode(ctx, m)
+			if err != nil {
+				return err
+			}
+			switch {
+			case node == nil:
+			case m.Status.PowerState == machinev1alpha1.PowerOn:
+				if _, err := uncordon(ctx, r.Client, node); err != nil {
+					return err
+				}
+				left += "; Node " + node.Name + " uncordoned"
+			default:
+				left += "; Node " + node.Name + " left cordoned (the machine is not running)"
+			}
+		}
+		mp.Message = truncate(why + " after step " + string(mp.Step) + " (" + string(mp.StepState) + "): " + left)
+	}
+	mp.Finished = now(s)
+	if strings.HasPrefix(why, "skipped") {
+		mp.State = upgradev1alpha1.MachineSkipped
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
+	} else {
+		mp.State = upgradev1alpha1.MachineAborted
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventAborted, "Abort", "Machine %s: %s", name, mp.Message)
+	}
+	return r.checkpoint(ctx, s)
+}
+
+// abortAll ends an upgrade aborted before any Machine was touched.
+func (r *Reconciler) abortAll(ctx context.Context, s *scope) error {
+	u := s.u
+	for _, name := range []upgradev1alpha1.StepName{upgradev1alpha1.StepPreChecks, upgradev1alpha1.StepMachines, upgradev1alpha1.StepPostChecks} {
+		st := ensureStep(u, name)
+		if st.State != upgradev1alpha1.StepStateSucceeded {
+			st.State, st.Message = upgradev1alpha1.StepStateSkipped, "aborted"
+		}
+	}
+	for i := range u.Status.Machines {
+		if mp := &u.Status.Machines[i]; mp.State == upgradev1alpha1.MachinePending {
+			mp.State, mp.Finished, mp.Message = upgradev1alpha1.MachineAborted, now(s), "aborted before it started; not changed"
+		}
+	}
+	return r.checkpoint(ctx, s)
+}
+
+// handleRetry acts on a new value of the retry annotation: the failed step
+// of each failed Machine (and failed checks) gets fresh attempts.
+func (r *Reconciler) handleRetry(ctx context.Context, s *scope) error {
+	u := s.u
+	v, ok := u.Annotations[upgradev1alpha1.RetryAnnotation]
+	if !ok || v == u.Status.LastHandledRetry {
+		return nil
+	}
+	u.Status.LastHandledRetry = v
+	for i := range u.Status.Steps {
+		if st := &u.Status.Steps[i]; st.State == upgradev1alpha1.StepStateFailed {
+			st.Attempts, st.NextAttempt = 0, nil
+			r.event(s, nil, corev1.EventTypeNormal, EventRetry, "Retry", "Retrying %s", st.Name)
+		}
+	}
+	for i := range u.Status.Machines {
+		mp := &u.Status.Machines[i]
+		if mp.State == upgradev1alpha1.MachineFailed && mp.StepState == upgradev1alpha1.StepStateFailed {
+			mp.State, mp.Attempts, mp.NextAttempt = upgradev1alpha1.MachineUpgrading, 0, nil
+			r.event(s, r.machineRef(ctx, u, mp.Name), corev1.EventTypeNormal, EventRetry, "Retry", "Machine %s: retrying %s", mp.Name, mp.Step)
+		}
+	}
+	return r.checkpoint(ctx, s)
+}
+
+// handleSkips marks each Machine named by a skip annotation Skipped, once
+// no step of it is running.
+func (r *Reconciler) handleSkips(ctx context.Context, s *scope) error {
+	u := s.u
+	for k, reason := range u.Annotations {
+		name, ok := strings.CutPrefix(k, upgradev1alpha1.SkipAnnotationPrefix)
+		if !ok {
+			continue
+		}
+		mp := u.Status.Machine(name)
+		if mp == nil {
+			continue
+		}
+		switch {
+		case mp.State == upgradev1alpha1.MachinePending:
+			mp.State, mp.Finished, mp.Message = upgradev1alpha1.MachineSkipped, now(s), "skipped before it started: "+reason
+			r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
+			if err := r.checkpoint(ctx, s); err != nil {
+				return err
+			}
+		case mp.State == upgradev1alpha1.MachineFailed,
+			mp.State == upgradev1alpha1.MachineUpgrading && mp.StepState != upgradev1alpha1.StepStateRunning:
+			if err := r.leave(ctx, s, name, "skipped ("+reason+")"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+// Package upgrade holds the admission webhook of the upgrade.converge.dev
+// API group. A MachineUpgrade is refused, naming the field, when its
+// selector or a check does not compile, when its target (selector, image,
+// version) changes after creation, when abort is unset once set, and when
+// it selects a Machine that another unfinished MachineUpgrade of the
+// namespace selects: only one upgrade may progress per set of Machines, and
+// the message names the first.
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/upgradecheck"
+)
+
+// +kubebuilder:webhook:path=/validate-upgrade-converge-dev-v1alpha1-machineupgrade,mutating=false,failurePolicy=fail,sideEffects=None,groups=upgrade.converge.dev,resources=machineupgrades,verbs=create;update,versions=v1alpha1,name=vmachineupgrade.upgrade.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
+// +kubebuilder:rbac:groups=upgrade.converge.dev,resources=machineupgrades,verbs=get;list;watch
+// +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch
+
+// MachineUpgrade validates MachineUpgrades.
+type MachineUpgrade struct {
+	// Reader reads the other MachineUpgrades and the Machines, uncached
+	// (set by SetupWithManager).
+	Reader client.Reader
+}
+
+// SetupWithManager registers the webhook with the manager's webhook server.
+func (w MachineUpgrade) SetupWithManager(mgr ctrl.Manager) error {
+	w.Reader = mgr.GetAPIReader()
+	return ctrl.NewWebhookManagedBy(mgr, &upgradev1alpha1.MachineUpgrade{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new MachineUpgrade, and that it overlaps no
+// other.
+func (w MachineUpgrade) ValidateCreate(ctx context.Context, u *upgradev1alpha1.MachineUpgrade) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	errs := ValidateSpec(&u.Spec, p)
+	if len(errs) == 0 {
+		overlap, err := w.overlap(ctx, u)
+		if err != nil {
+			return nil, fmt.Errorf("checking for overlapping MachineUpgrades: %w", err)
+		}
+		if overlap != "" {
+			errs = append(errs, field.Forbidden(p.Child("selector"), overlap))
+		}
+	}
+	return nil, toStatus(u.Name, errs)
+}
+
+// ValidateUpdate checks a change: the target is immutable, and an abort
+// cannot be taken back.
+func (w MachineUpgrade) ValidateUpdate(_ context.Context, old, u *upgradev1alpha1.MachineUpgrade) (admission.Warnings, error) {
+	if apiequality.Semantic.DeepEqual(old.Spec, u.Spec) {
+		return nil, nil
+	}
+	p := field.NewPath("spec")
+	errs := ValidateSpec(&u.Spec, p)
+	if !apiequality.Semantic.DeepEqual(old.Spec.Selector, u.Spec.Selector) {
+		errs = append(errs, field.Forbidden(p.Child("selector"), "field is immutable (create a new MachineUpgrade instead)"))
+	}
+	if old.Spec.Image != u.Spec.Image {
+		errs = append(errs, field.Forbidden(p.Child("image"), "field is immutable (create a new MachineUpgrade instead)"))
+	}
+	if old.Spec.Version != u.Spec.Version {
+		errs = append(errs, field.Forbidden(p.Child("version"), "field is immutable (create a new MachineUpgrade instead)"))
+	}
+	if old.Spec.Abort && !u.Spec.Abort {
+		errs = append(errs, field.Forbidden(p.Child("abort"), "an abort cannot be taken back"))
+	}
+	return nil, toStatus(u.Name, errs)
+}
+
+// ValidateDelete allows every deletion.
+func (MachineUpgrade) ValidateDelete(context.Context, *upgradev1alpha1.MachineUpgrade) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ValidateSpec checks the selector and that every check compiles.
+func ValidateSpec(spec *upgradev1alpha1.MachineUpgradeSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if sel, err := metav1.LabelSelectorAsSelector(&spec.Selector); err != nil {
+		errs = append(errs, field.Invalid(p.Child("selector"), spec.Selector, err.Error()))
+	} else if sel.Empty() {
+		errs = append(errs, field.Invalid(p.Child("selector"), spec.Selector, "must select something: an empty selector would upgrade every Machine of the namespace"))
+	}
+	for i, c := range spec.PreChecks {
+		if _, err := upgradecheck.Compile(c.Expression); err != nil {
+			errs = append(errs, field.Invalid(p.Child("preChecks").Index(i).Child("expression"), c.Expression, err.Error()))
+		}
+	}
+	for i, c := range spec.PostChecks {
+		if _, err := upgradecheck.Compile(c.Expression); err != nil {
+			errs = append(errs, field.Invalid(p.Child("postChecks").Index(i).Child("expression"), c.Expression, err.Error()))
+		}
+	}
+	return errs
+}
+
+// overlap names the first unfinished MachineUpgrade of u's namespace that
+// selects a Machine u selects, or returns "".
+func (w MachineUpgrade) overlap(ctx context.Context, u *upgradev1alpha1.MachineUpgrade) (string, error) {
+	others := &upgradev1alpha1.MachineUpgradeList{}
+	if err := w.Reader.List(ctx, others, client.InNamespace(u.Namespace)); err != nil {
+		return "", err
+	}
+	if len(others.Items) == 0 {
+		return "", nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&u.Spec.Selector)
+	if err != nil {
+		return "", err
+	}
+	ms := &machinev1alpha1.MachineList{}
+	if err := w.Reader.List(ctx, ms, client.InNamespace(u.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return "", err
+	}
+	sort.Slice(others.Items, func(i, j int) bool {
+		a, b := others.Items[i], others.Items[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	for i := range others.Items {
+		o := &others.Items[i]
+		if o.Name == u.Name || o.Finished() || !o.DeletionTimestamp.IsZero() {
+			continue
+		}
+		osel, err := metav1.LabelSelectorAsSelector(&o.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		var shared []string
+		for _, m := range ms.Items {
+			if o.Status.Machine(m.Name) != nil || (len(o.Status.Machines) == 0 && osel.Matches(labels.Set(m.Labels))) {
+				shared = append(shared, m.Name)
+			}
+		}
+		if len(shared) > 0 {
+			if len(shared) > 5 {
+				shared = append(shared[:5], fmt.Sprintf("and %d more", len(shared)-5))
+			}
+			return fmt.Sprintf("MachineUpgrade %s (phase %s) already upgrades Machine(s) %s; wait for it to finish, or abort it",
+				o.Name, orPending(o.Status.Phase), strings.Join(shared, ", ")), nil
+		}
+	}
+	return "", nil
+}
+
+func orPending(p upgradev1alpha1.UpgradePhase) string {
+	if p == "" {
+		return string(upgradev1alpha1.PhasePending)
+	}
+	return string(p)
+}
+
+func toStatus(name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(upgradev1alpha1.GroupVersion.WithKind("MachineUpgrade").GroupKind(), name, errs)
+}
