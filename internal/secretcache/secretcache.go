@@ -1,16 +1,19 @@
-// Package secretcache keeps the data of Secrets out of the manager's shared
-// informer cache, the memory problem cert-manager's users know well: a
-// controller that watches Secrets caches every Secret of the cluster, so ten
-// thousand unrelated 10 KiB Secrets cost a hundred megabytes or more.
+// Package secretcache keeps the data of large Secrets out of the manager's
+// shared informer cache, the memory problem cert-manager's users know well:
+// a controller that watches Secrets caches every Secret of the cluster, so
+// ten thousand unrelated 10 KiB Secrets (TLS bundles, Helm releases,
+// kubeconfigs) cost a hundred megabytes or more.
 //
-// The informer keeps every Secret, but only the metadata and type of those
-// not labelled Label: Transform strips their data (and managed fields).
-// Reader wraps the cache: a Get of such a Secret reads it from the API
+// The informer keeps every Secret, whole when it is labelled Label or its
+// data is at most KeepBytes (credentials and tokens: a BMC's password, a
+// push webhook's token, an instance's admin password), else only its
+// metadata and type: Transform strips the data (and managed fields).
+// Reader wraps the cache: a Get of a stripped Secret reads it from the API
 // server with the caller's own client (and budget), and keeps what it read
 // in a small LRU, Data, keyed by name and resourceVersion. The cached
 // metadata tells the current resourceVersion, so an unchanged Secret read
-// again costs no request, and a changed one is never served stale beyond
-// what the informer itself would serve. Secrets Converge writes and reads
+// again costs no request, and a changed one is never served staler than
+// the informer itself would serve it. Secrets Converge writes and reads
 // often (a Certificate's Secret, its next private key, an ACME account key,
 // a Database's connection Secret) carry Label and stay fully cached.
 //
@@ -36,10 +39,23 @@ import (
 // even the first read.
 const Label = "converge.dev/cache-data"
 
-// Cached reports whether the shared cache keeps s's data.
-func Cached(s *corev1.Secret) bool { return s.Labels[Label] == "true" }
+// KeepBytes is the data size (keys and values) up to which an unlabelled
+// Secret is cached whole: reading such a Secret costs no request, so a
+// request nobody authenticated (a push webhook's) never makes one.
+const KeepBytes = 1024
 
-// Transform strips the data of Secrets without Label before the informer
+// Cached reports whether the shared cache keeps s's data.
+func Cached(s *corev1.Secret) bool { return s.Labels[Label] == "true" || size(s.Data) <= KeepBytes }
+
+func size(data map[string][]byte) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Transform strips the data of Secrets not Cached before the informer
 // stores them. Other objects pass unchanged.
 func Transform(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
@@ -95,18 +111,15 @@ func (d *Data) get(key types.NamespacedName, rv string) (*corev1.Secret, bool) {
 // put keeps a copy of s, evicting the least recently used beyond the bound.
 func (d *Data) put(s *corev1.Secret) {
 	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
-	size := len(key.Namespace) + len(key.Name)
-	for k, v := range s.Data {
-		size += len(k) + len(v)
-	}
+	n := len(key.Namespace) + len(key.Name) + size(s.Data)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.remove(key)
-	if size > d.max {
+	if n > d.max {
 		return
 	}
-	d.byKey[key] = d.order.PushFront(&entry{key: key, secret: s.DeepCopy(), size: size})
-	d.bytes += size
+	d.byKey[key] = d.order.PushFront(&entry{key: key, secret: s.DeepCopy(), size: n})
+	d.bytes += n
 	for d.bytes > d.max {
 		d.remove(d.order.Back().Value.(*entry).key) //nolint:forcetypeassert // the list holds only *entry
 	}
@@ -157,8 +170,8 @@ func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 	if err := r.Cache.Get(ctx, key, s, opts...); err != nil {
 		return err
 	}
-	if Cached(s) {
-		return nil
+	if s.Labels[Label] == "true" || len(s.Data) > 0 {
+		return nil // cached whole (a stripped Secret has no data)
 	}
 	if kept, ok := r.Data.get(key, s.ResourceVersion); ok {
 		*s = *kept

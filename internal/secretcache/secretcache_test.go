@@ -49,12 +49,12 @@ func TestDataStaysWithinItsBound(t *testing.T) {
 	g.Expect(d.Bytes()).To(BeNumerically("<=", 3000))
 }
 
-// TestTransform: an unlabelled Secret loses its data and managed fields and
-// keeps its metadata and type; a labelled one and other objects pass as
-// they are.
+// TestTransform: an unlabelled Secret with more than KeepBytes of data
+// loses its data and managed fields and keeps its metadata and type; a
+// small one, a labelled one and other objects pass as they are.
 func TestTransform(t *testing.T) {
 	g := NewWithT(t)
-	s := secret("a", "7", 10)
+	s := secret("a", "7", KeepBytes)
 	s.Type = corev1.SecretTypeTLS
 	s.Labels = map[string]string{"app": "x"}
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
@@ -70,6 +70,9 @@ func TestTransform(t *testing.T) {
 	s.Labels[Label] = "true"
 	out, _ = Transform(s)
 	g.Expect(out).To(BeIdenticalTo(s))
+	small := secret("b", "1", KeepBytes-1) // plus the key "k": exactly KeepBytes
+	out, _ = Transform(small)
+	g.Expect(out).To(BeIdenticalTo(small))
 	cm := &corev1.ConfigMap{}
 	out, _ = Transform(cm)
 	g.Expect(out).To(BeIdenticalTo(cm))

@@ -28,7 +28,8 @@ func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 }
 
 // TestSecretDataStaysOutOfTheCache: a manager's informer keeps an
-// unlabelled Secret's metadata but not its data, and a labelled one whole;
+// unlabelled 10 KiB Secret's metadata but not its data, and a labelled one
+// and a small one (a token) whole;
 // every client of the manager (its own, a controller's, the cache itself)
 // still reads the whole Secret. An unchanged Secret read again costs no
 // request; a changed one is read again, never served stale once the cache
@@ -47,9 +48,11 @@ func TestSecretDataStaysOutOfTheCache(t *testing.T) {
 	big := strings.Repeat("x", 10<<10)
 	plain := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"}, Data: map[string][]byte{"k": []byte(big)}}
 	kept := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept", Labels: map[string]string{secretcache.Label: "true"}},
-		Data: map[string][]byte{"k": []byte("v")}}
-	g.Expect(env.Client.Create(ctx, plain)).To(Succeed())
-	g.Expect(env.Client.Create(ctx, kept)).To(Succeed())
+		Data: map[string][]byte{"k": []byte(big)}}
+	small := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "small"}, Data: map[string][]byte{"token": []byte("t0k3n")}}
+	for _, s := range []*corev1.Secret{plain, kept, small} {
+		g.Expect(env.Client.Create(ctx, s)).To(Succeed())
+	}
 
 	sc, ok := cv.Manager.GetCache().(*secretcache.Reader)
 	g.Expect(ok).To(BeTrue(), "the manager's cache is %T, not a secretcache.Reader", cv.Manager.GetCache())
@@ -61,7 +64,9 @@ func TestSecretDataStaysOutOfTheCache(t *testing.T) {
 		g.Expect(s.Data).To(BeEmpty(), "the informer keeps an unlabelled Secret's data")
 		g.Expect(s.ManagedFields).To(BeEmpty())
 		g.Expect(raw.Get(ctx, client.ObjectKeyFromObject(kept), s)).To(Succeed())
-		g.Expect(string(s.Data["k"])).To(Equal("v"), "a labelled Secret is cached whole")
+		g.Expect(string(s.Data["k"])).To(Equal(big), "a labelled Secret is cached whole")
+		g.Expect(raw.Get(ctx, client.ObjectKeyFromObject(small), s)).To(Succeed())
+		g.Expect(string(s.Data["token"])).To(Equal("t0k3n"), "a Secret of at most KeepBytes is cached whole")
 	}).Should(Succeed())
 
 	for name, c := range map[string]client.Reader{"manager client": cv.Manager.GetClient(), "manager cache": cv.Manager.GetCache(),
@@ -72,7 +77,7 @@ func TestSecretDataStaysOutOfTheCache(t *testing.T) {
 	}
 	l := &corev1.SecretList{}
 	g.Expect(cv.APIs["issuer"].Client.List(ctx, l, client.InNamespace(ns))).To(Succeed())
-	g.Expect(l.Items).To(HaveLen(2))
+	g.Expect(l.Items).To(HaveLen(3))
 	for _, s := range l.Items {
 		g.Expect(s.Data).NotTo(BeEmpty(), "listed Secret %s", s.Name)
 	}
