@@ -229,7 +229,7 @@ func memory(ctx context.Context, c client.Client, n, secrets int, allData bool) 
 	rss, anon, _ := procmem.RSS()
 	debug.FreeOSMemory()
 	after, _, _ := procmem.RSS()
-	mode := "only labelled Secrets' data cached (default)"
+	mode := "data cached only for labelled Secrets and Secrets of at most 1 KiB (default)"
 	if allData {
 		mode = "every Secret's data cached (--cache-all-secret-data)"
 	}
