@@ -4,7 +4,7 @@
 // every file, also when interrupted (SIGINT, SIGTERM; not SIGKILL: then
 // `git checkout` the package).
 //
-//	go run ./hack/mutate -pkg ./internal/gitops/expr [-run REGEXP] [-timeout 2m]
+//	go run ./hack/mutate -pkg ./internal/expr [-run REGEXP] [-timeout 2m]
 //
 // A mutant survives when the tests still pass: a line no test notices.
 // Mutants whose build fails are not counted.
@@ -49,7 +49,7 @@ var flips = map[token.Token]token.Token{
 }
 
 func main() {
-	pkg := flag.String("pkg", "", "package directory, e.g. ./internal/gitops/expr")
+	pkg := flag.String("pkg", "", "package directory, e.g. ./internal/expr")
 	run := flag.String("run", "", "go test -run regexp (default: every test)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "per-mutant test timeout")
 	flag.Parse()

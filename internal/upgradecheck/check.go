@@ -6,57 +6,21 @@
 // admitted compiles in the controller.
 package upgradecheck
 
-import (
-	"errors"
-	"fmt"
-	"strings"
-	"sync"
+import "github.com/converge-dev/converge/internal/expr"
 
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/types"
-)
-
-// costLimit bounds the work of one evaluation, as the API server bounds CRD
-// validation rules.
-const costLimit = 1_000_000
-
-var (
-	envOnce sync.Once
-	env     *cel.Env
-	errEnv  error
-)
-
-func celEnv() (*cel.Env, error) {
-	envOnce.Do(func() {
-		env, errEnv = cel.NewEnv(cel.Variable("machine", cel.DynType), cel.Variable("node", cel.DynType))
-	})
-	return env, errEnv
-}
+// env is the checks' environment: `machine` and `node`.
+var env = expr.NewEnv("machine", "node")
 
 // Program is a compiled check.
-type Program struct {
-	src string
-	prg cel.Program
-}
+type Program struct{ p *expr.Program }
 
 // Compile parses and type-checks src; the error says what is wrong.
 func Compile(src string) (*Program, error) {
-	e, err := celEnv()
+	p, err := env.Compile(src)
 	if err != nil {
-		return nil, fmt.Errorf("building the CEL environment: %w", err)
+		return nil, err
 	}
-	ast, iss := e.Compile(src)
-	if iss.Err() != nil {
-		return nil, fmt.Errorf("invalid CEL expression: %w", iss.Err())
-	}
-	if t := ast.OutputType(); t != cel.BoolType && t != cel.DynType {
-		return nil, fmt.Errorf("invalid CEL expression: must return a bool, returns %s", t)
-	}
-	prg, err := e.Program(ast, cel.CostLimit(costLimit))
-	if err != nil {
-		return nil, fmt.Errorf("invalid CEL expression: %w", err)
-	}
-	return &Program{src: src, prg: prg}, nil
+	return &Program{p: p}, nil
 }
 
 // Eval evaluates the check. A missing field makes it false, not an error:
@@ -65,25 +29,5 @@ func (p *Program) Eval(machine, node map[string]any) (bool, error) {
 	if node == nil {
 		node = map[string]any{}
 	}
-	out, _, err := p.prg.Eval(map[string]any{"machine": machine, "node": node})
-	if err != nil {
-		if isNoSuchKey(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("evaluating %q: %w", p.src, err)
-	}
-	b, ok := out.(types.Bool)
-	if !ok {
-		return false, fmt.Errorf("evaluating %q: returned %s, want bool", p.src, out.Type().TypeName())
-	}
-	return bool(b), nil
-}
-
-func isNoSuchKey(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if strings.HasPrefix(e.Error(), "no such key") {
-			return true
-		}
-	}
-	return false
+	return p.p.EvalVars(map[string]any{"machine": machine, "node": node})
 }

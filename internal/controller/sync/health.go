@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
-	"github.com/converge-dev/converge/internal/gitops/expr"
+	"github.com/converge-dev/converge/internal/expr"
 )
 
 // healthPoll is how often a Sync waiting for health looks again.

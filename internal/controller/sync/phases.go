@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
-	"github.com/converge-dev/converge/internal/gitops/expr"
+	"github.com/converge-dev/converge/internal/expr"
 	"github.com/converge-dev/converge/internal/gitops/placement"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"

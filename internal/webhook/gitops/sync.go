@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
-	"github.com/converge-dev/converge/internal/gitops/expr"
+	"github.com/converge-dev/converge/internal/expr"
 )
 
 // +kubebuilder:webhook:path=/mutate-gitops-converge-dev-v1alpha1-sync,mutating=true,failurePolicy=fail,sideEffects=None,groups=gitops.converge.dev,resources=syncs,verbs=create;update,versions=v1alpha1,name=msync.gitops.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
