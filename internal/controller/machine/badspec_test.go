@@ -52,7 +52,7 @@ func TestBadSpecs(t *testing.T) {
 				APIVersion: "nowhere.example.test/v1", Kind: "NoSuchMachine", Name: "x"}}}
 		NewWithT(t).Expect(env.Client.Create(t.Context(), m)).To(Succeed())
 		waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-			c := hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.UnknownInfrastructureKindReason)
+			c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.UnknownInfrastructureKindReason)
 			g.Expect(c.Message).To(ContainSubstring("NoSuchMachine"))
 			g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseFailed))
 		})
@@ -63,7 +63,7 @@ func TestBadSpecs(t *testing.T) {
 			Spec: machinev1alpha1.MachineSpec{InfrastructureRef: ref("KwokMachine", "missing")}}
 		NewWithT(t).Expect(env.Client.Create(t.Context(), m)).To(Succeed())
 		waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-			hasCondition(g, m.Status.Conditions, machinev1alpha1.InfrastructureReadyCondition, metav1.ConditionFalse, machinev1alpha1.InfrastructureNotFoundReason)
+			testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.InfrastructureReadyCondition, metav1.ConditionFalse, machinev1alpha1.InfrastructureNotFoundReason)
 			g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhasePending))
 		})
 	})
@@ -77,7 +77,7 @@ func TestBadSpecs(t *testing.T) {
 			Spec: machinev1alpha1.MachineSpec{InfrastructureRef: ref("KwokMachine", "shared"), PowerState: machinev1alpha1.PowerOff}}
 		NewWithT(t).Expect(env.Client.Create(t.Context(), second)).To(Succeed())
 		waitMachine(t, second, func(g Gomega, m *machinev1alpha1.Machine) {
-			c := hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.InfrastructureOwnedByOtherReason)
+			c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.InfrastructureOwnedByOtherReason)
 			g.Expect(c.Message).To(ContainSubstring("Machine shared"))
 		})
 		km := &infrastructurev1alpha1.KwokMachine{}
@@ -102,7 +102,7 @@ func TestBadSpecs(t *testing.T) {
 		other := env.NewNamespace(t)
 		second := kwokPair(t, other, "mac-second", nic)
 		waitMachine(t, second, func(g Gomega, m *machinev1alpha1.Machine) {
-			c := hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.DuplicateMACAddressReason)
+			c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.DuplicateMACAddressReason)
 			g.Expect(c.Message).To(ContainSubstring("another Machine"), "another namespace's Machine is not named")
 			g.Expect(c.Message).NotTo(ContainSubstring("mac-first"))
 			g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseFailed))
@@ -120,7 +120,7 @@ func TestBadSpecs(t *testing.T) {
 	t.Run("Paused", func(t *testing.T) {
 		m := kwokPair(t, ns, "paused", func(m *machinev1alpha1.Machine) { m.Spec.Paused = true })
 		waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-			hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.PausedReason)
+			testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.PausedReason)
 		})
 		km := &infrastructurev1alpha1.KwokMachine{}
 		NewWithT(t).Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "paused"}, km)).To(Succeed())

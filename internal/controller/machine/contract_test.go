@@ -150,7 +150,7 @@ func TestThirdPartyProvider(t *testing.T) {
 	m := exampleMachine(t, ns, "ex")
 	got := waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseRunning))
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionFalse, machinev1alpha1.NodeNotFoundReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionFalse, machinev1alpha1.NodeNotFoundReason)
 	})
 	g := NewWithT(t)
 	g.Expect(got.Status.ConsoleLog).To(Equal("/var/log/example/ex"))
@@ -164,7 +164,7 @@ func TestThirdPartyProvider(t *testing.T) {
 	g.Expect(env.Client.Patch(t.Context(), u, client.RawPatch(types.MergePatchType, raw))).To(Succeed())
 	setPower(t, m, machinev1alpha1.PowerOff)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-		c := hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.PowerTransitionReason)
+		c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.PowerTransitionReason)
 		g.Expect(c.Message).To(ContainSubstring("powering Off"))
 	})
 	raw, _ = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{holdAnnotation: nil}}})
@@ -177,7 +177,7 @@ func TestThirdPartyProvider(t *testing.T) {
 	newExample(t, ns, "bad", map[string]string{violateAnnotation: "true"})
 	bad := exampleMachine(t, ns, "bad")
 	waitMachine(t, bad, func(g Gomega, m *machinev1alpha1.Machine) {
-		c := hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.ContractViolationReason)
+		c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.ContractViolationReason)
 		g.Expect(c.Message).To(ContainSubstring("spec.providerID"))
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseFailed))
 	})

@@ -90,7 +90,7 @@ func TestDeletionHooksAndDrain(t *testing.T) {
 	g.Expect(env.Client.Delete(t.Context(), m)).To(Succeed())
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseDeleting))
-		c := hasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.WaitingForPreDrainHookReason)
+		c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.WaitingForPreDrainHookReason)
 		g.Expect(c.Message).To(ContainSubstring("backup (" + hold + ")"))
 	})
 	g.Consistently(func(g Gomega) { // nothing is evicted while the hook holds
@@ -101,7 +101,7 @@ func TestDeletionHooksAndDrain(t *testing.T) {
 
 	annotate(t, m, machinev1alpha1.PreDrainHookPrefix+"backup", nil)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-		c := hasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.DrainingReason)
+		c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.DrainingReason)
 		g.Expect(c.Message).To(ContainSubstring("PodDisruptionBudget refuses the eviction of " + ns + "/protected"))
 		g.Expect(m.Status.Deletion).NotTo(BeNil())
 	})
@@ -113,7 +113,7 @@ func TestDeletionHooksAndDrain(t *testing.T) {
 
 	g.Expect(env.Client.Delete(t.Context(), pdb)).To(Succeed())
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-		c := hasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.WaitingForPreTerminateHookReason)
+		c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.WaitingForPreTerminateHookReason)
 		g.Expect(c.Message).To(ContainSubstring("detach"))
 	})
 	gone(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "protected"}})
@@ -143,7 +143,7 @@ func TestDeletionWaitsForInfrastructure(t *testing.T) {
 	g.Expect(env.Client.Patch(t.Context(), km, patch)).To(Succeed())
 	g.Expect(env.Client.Delete(t.Context(), m)).To(Succeed())
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.WaitingForInfrastructureDeletionReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.DeletingCondition, metav1.ConditionTrue, machinev1alpha1.WaitingForInfrastructureDeletionReason)
 	})
 	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(km), km)).To(Succeed())
 	// Release only the test's hold (the KwokMachine controller has already

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,15 +43,6 @@ func waitMachine(t *testing.T, m *machinev1alpha1.Machine, check func(g Gomega, 
 		check(g, out)
 	}).WithTimeout(wait).WithPolling(100 * time.Millisecond).Should(Succeed())
 	return out
-}
-
-// hasCondition asserts a condition's status and reason.
-func hasCondition(g Gomega, conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) *metav1.Condition {
-	c := meta.FindStatusCondition(conds, typ)
-	g.Expect(c).NotTo(BeNil(), "condition %s", typ)
-	g.Expect(c.Reason).To(Equal(reason), "%s reason (message %q)", typ, c.Message)
-	g.Expect(c.Status).To(Equal(status), "%s status", typ)
-	return c
 }
 
 func setPower(t *testing.T, m *machinev1alpha1.Machine, p machinev1alpha1.PowerState) {

@@ -28,9 +28,9 @@ func TestKwokMachinePowerCycle(t *testing.T) {
 	mac := machinectrl.GenerateMAC(ns, "m1", "eth0")
 	got := waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseRunning))
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionTrue, machinev1alpha1.RunningReason)
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.InfrastructureReadyCondition, metav1.ConditionTrue, machinev1alpha1.ProvisionedReason)
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionTrue, machinev1alpha1.NodeReadyReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionTrue, machinev1alpha1.RunningReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.InfrastructureReadyCondition, metav1.ConditionTrue, machinev1alpha1.ProvisionedReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionTrue, machinev1alpha1.NodeReadyReason)
 		g.Expect(m.Status.NodeRef).NotTo(BeNil())
 		g.Expect(m.Status.ObservedGeneration).To(Equal(m.Generation))
 	})
@@ -49,8 +49,8 @@ func TestKwokMachinePowerCycle(t *testing.T) {
 	setPower(t, m, machinev1alpha1.PowerOff)
 	got = waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhasePoweredOff))
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionTrue, machinev1alpha1.PoweredOffReason)
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionFalse, machinev1alpha1.NodeNotReadyReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionTrue, machinev1alpha1.PoweredOffReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionFalse, machinev1alpha1.NodeNotReadyReason)
 	})
 	node := &corev1.Node{}
 	g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Name: got.Status.NodeRef.Name}, node)).To(Succeed())
@@ -61,7 +61,7 @@ func TestKwokMachinePowerCycle(t *testing.T) {
 	setPower(t, m, machinev1alpha1.PowerOn)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseRunning))
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionTrue, machinev1alpha1.NodeReadyReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionTrue, machinev1alpha1.NodeReadyReason)
 	})
 }
 
@@ -80,8 +80,8 @@ func TestProvisioningAndNodeConflict(t *testing.T) {
 	m := kwokPair(t, ns, "taken", nil)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseProvisioning))
-		hasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.ProvisioningReason)
-		c := hasCondition(g, m.Status.Conditions, machinev1alpha1.InfrastructureReadyCondition, metav1.ConditionFalse, machinev1alpha1.ProvisioningReason)
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.ProvisioningReason)
+		c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.InfrastructureReadyCondition, metav1.ConditionFalse, machinev1alpha1.ProvisioningReason)
 		g.Expect(c.Message).To(ContainSubstring(infrastructurev1alpha1.NodeConflictReason), "the provider's reason is bubbled up")
 	})
 	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(squatter), squatter)).To(Succeed())

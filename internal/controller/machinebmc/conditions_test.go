@@ -28,25 +28,25 @@ func TestConditionsFollowTheReferences(t *testing.T) {
 	ns := env.NewNamespace(t)
 	b := newBMC(t, ns, "late", "late", "late-bmc")
 	waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.MachineNotFoundReason)
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.MachineAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.MachineNotFoundReason)
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.SecretNotFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.MachineNotFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.MachineAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.MachineNotFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.SecretNotFoundReason)
 		g.Expect(b.Status.IPMIEndpoint).To(BeEmpty())
 	})
 	kwokMachine(t, ns, "late")
 	waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.MachineAvailableCondition, metav1.ConditionTrue, bmcv1alpha1.MachineFoundReason)
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.SecretNotFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.MachineAvailableCondition, metav1.ConditionTrue, bmcv1alpha1.MachineFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.SecretNotFoundReason)
 	})
 	s := secret(t, ns, "late-bmc", "admin", "")
 	waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
 	})
 	s.Data[bmcv1alpha1.PasswordKey] = []byte("pw")
 	NewWithT(t).Expect(env.Client.Update(t.Context(), s)).To(Succeed())
 	b = waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
 		g.Expect(b.Status.IPMIEndpoint).NotTo(BeEmpty())
 		g.Expect(b.Status.RedfishEndpoint).NotTo(BeEmpty())
 	})
@@ -75,7 +75,7 @@ func TestRedfishOnly(t *testing.T) {
 	}}
 	NewWithT(t).Expect(env.Client.Create(t.Context(), b)).To(Succeed())
 	waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
 		g.Expect(b.Status.IPMIEndpoint).To(BeEmpty())
 		g.Expect(b.Status.RedfishEndpoint).To(HavePrefix("https://127.0.0.1:"))
 	})
@@ -100,7 +100,7 @@ func TestPasswordRotation(t *testing.T) {
 	rsp, _ := rf(t, g, http.MethodGet, b.Status.RedfishEndpoint+"/redfish/v1/Systems", "", nil) // basic auth with s3cret
 	g.Expect(rsp.StatusCode).To(Equal(http.StatusUnauthorized))
 	after := waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
 	})
 	g.Expect(after.Status.IPMIEndpoint).To(Equal(b.Status.IPMIEndpoint), "the BMC was not restarted")
 }
@@ -145,7 +145,7 @@ func TestSample(t *testing.T) {
 		}
 	}
 	b := waitBMC(t, &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-1"}}, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
 	})
 	NewWithT(t).Eventually(func(g Gomega) {
 		out, err := exec.CommandContext(t.Context(), "ipmitool", "-I", "lanplus", "-C", "17", "-H", "127.0.0.1",

@@ -9,7 +9,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,9 +64,9 @@ func readyBMC(t *testing.T, name string) (*bmcv1alpha1.MachineBMC, *machinev1alp
 	secret(t, ns, name+"-bmc", "admin", "s3cret")
 	b := newBMC(t, ns, name, name, name+"-bmc")
 	b = waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.MachineAvailableCondition, metav1.ConditionTrue, bmcv1alpha1.MachineFoundReason)
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionTrue, bmcv1alpha1.SecretFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.MachineAvailableCondition, metav1.ConditionTrue, bmcv1alpha1.MachineFoundReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionTrue, bmcv1alpha1.SecretFoundReason)
 		g.Expect(b.Status.ObservedGeneration).To(Equal(b.Generation))
 	})
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
@@ -94,13 +93,6 @@ func waitMachine(t *testing.T, m *machinev1alpha1.Machine, check func(g Gomega, 
 		check(g, out)
 	}).WithTimeout(wait).WithPolling(100 * time.Millisecond).Should(Succeed())
 	return out
-}
-
-func hasCondition(g Gomega, conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) {
-	c := meta.FindStatusCondition(conds, typ)
-	g.Expect(c).NotTo(BeNil(), "condition %s", typ)
-	g.Expect(c.Reason).To(Equal(reason), "%s reason (message %q)", typ, c.Message)
-	g.Expect(c.Status).To(Equal(status), "%s status", typ)
 }
 
 // ipmitool runs ipmitool -I lanplus against the BMC's IPMI endpoint.

@@ -51,7 +51,7 @@ func TestOnlyTheLeaderServes(t *testing.T) {
 		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolIPMI}}}
 	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
 	b = waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
-		hasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
 	})
 	ep := b.Status.IPMIEndpoint
 	answers := func() error {

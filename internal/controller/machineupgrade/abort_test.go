@@ -12,6 +12,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // An abort while the second of three Machines is held in its drain leaves
@@ -41,7 +42,7 @@ func TestAbortMidway(t *testing.T) {
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Machines).To(HaveLen(3))
 		g.Expect(u.Status.Machine("ab-0").State).To(Equal(upgradev1alpha1.MachineUpgraded))
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.DrainBlockedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.DrainBlockedReason)
 		g.Expect(u.Status.CurrentStep).To(Equal("ab-1/Drain"))
 	})
 
@@ -51,7 +52,7 @@ func TestAbortMidway(t *testing.T) {
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseAborted), "status %+v", u.Status)
 	})
-	hasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.AbortedReason)
+	testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.AbortedReason)
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.ProgressingCondition)))
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.StalledCondition)))
 	g.Expect(u.Status.Done).To(Equal("1/3"))

@@ -14,6 +14,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 	"github.com/converge-dev/converge/internal/upgradecli"
 )
 
@@ -49,8 +50,8 @@ func TestPDBHoldsTheDrain(t *testing.T) {
 	u := newUpgrade(ns, "held", "pdb", 1)
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.DrainBlockedReason)
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.ProgressingCondition, metav1.ConditionTrue, upgradev1alpha1.DrainBlockedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.DrainBlockedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ProgressingCondition, metav1.ConditionTrue, upgradev1alpha1.DrainBlockedReason)
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseUpgrading))
 		g.Expect(u.Status.CurrentStep).To(Equal("pdb-0/Drain"))
 		mp := u.Status.Machine("pdb-0")
@@ -109,9 +110,9 @@ func TestNeverComesBackThenRetry(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
 	})
-	hasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.StepFailedReason)
+	testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.StepFailedReason)
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.ProgressingCondition)))
 	g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseFailed))
 	stalled := conditionMessage(u, upgradev1alpha1.StalledCondition)
@@ -178,7 +179,7 @@ func TestSkipMovesOn(t *testing.T) {
 	u.Spec.Timeouts.WaitForBoot = &metav1.Duration{Duration: time.Second}
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
 	})
 	relaxTimeouts(t, u)
 	g.Expect(upgradecli.Skip(ctx, env.Client, ns, u.Name, "s-0", "bad disk, ticket 42")).To(Succeed())
@@ -211,7 +212,7 @@ func TestPreChecksHold(t *testing.T) {
 	u.Spec.Timeouts.Checks = &metav1.Duration{Duration: time.Second}
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.ChecksFailedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.ChecksFailedReason)
 	})
 	g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseFailed))
 	g.Expect(conditionMessage(u, upgradev1alpha1.StalledCondition)).To(ContainSubstring("step PreChecks failed 2 time(s): timed out after 1s: check on-version-9 is false for Machine pc-0"))

@@ -96,13 +96,6 @@ func waitUpgrade(t *testing.T, u *upgradev1alpha1.MachineUpgrade, check func(g G
 	return out
 }
 
-func hasCondition(g Gomega, conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) {
-	c := meta.FindStatusCondition(conds, typ)
-	g.Expect(c).NotTo(BeNil(), "condition %s", typ)
-	g.Expect(c.Reason).To(Equal(reason), "%s reason (message %q)", typ, c.Message)
-	g.Expect(c.Status).To(Equal(status), "%s status (message %q)", typ, c.Message)
-}
-
 // events lists "Reason: note" of the Events in ns about objects of kind
 // named name (any name when name is "").
 func events(g Gomega, t *testing.T, ns, kind, name string) []string {

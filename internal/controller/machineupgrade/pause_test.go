@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 	"github.com/converge-dev/converge/internal/upgradecli"
 )
 
@@ -28,7 +29,7 @@ func TestPauseBetweenSteps(t *testing.T) {
 	g.Expect(upgradecli.Pause(ctx, env.Client, ns, u.Name)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhasePaused))
-		hasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.PausedReason)
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.PausedReason)
 	})
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.ProgressingCondition)))
 	// Where the pause caught the upgrade depends on how fast the machines

@@ -29,7 +29,7 @@ func TestUpgradeThroughRedfish(t *testing.T) {
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseSucceeded), "status %+v", u.Status)
 	})
-	hasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionTrue, upgradev1alpha1.SucceededReason)
+	testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionTrue, upgradev1alpha1.SucceededReason)
 	g.Expect(u.Status.Done).To(Equal("3/3"))
 	g.Expect(u.Status.ObservedGeneration).To(Equal(u.Generation))
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.StalledCondition)))
