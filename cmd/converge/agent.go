@@ -56,6 +56,8 @@ address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW).`,
 	f.DurationVar(&c.LeaseDuration, "lease-duration", lbagent.DefaultLeaseDuration, "how long a silent agent keeps its addresses before another node takes them")
 	f.DurationVar(&c.RenewInterval, "renew-interval", lbagent.DefaultRenewInterval, "how often the agent renews its heartbeat Lease")
 	f.DurationVar(&c.ProbeInterval, "probe-interval", lbagent.DefaultProbeInterval, "how often reachability through each address is re-checked")
+	f.Float32Var(&c.KubeAPIQPS, "kube-api-qps", lbagent.DefaultKubeAPIQPS, "client-side budget of Service status writes, requests per second (Lease writes have their own)")
+	f.IntVar(&c.KubeAPIBurst, "kube-api-burst", lbagent.DefaultKubeAPIBurst, "burst of that budget")
 	cmd.AddCommand(lb)
 	return cmd
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,6 +36,7 @@ import (
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbdataplane"
 	"github.com/converge-dev/converge/internal/netns"
+	"github.com/converge-dev/converge/internal/version"
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes;services;endpoints,verbs=get;list;watch
@@ -48,7 +50,25 @@ const (
 	DefaultRenewInterval = 300 * time.Millisecond
 	DefaultProbeInterval = 10 * time.Second
 	DefaultProbeTimeout  = time.Second
+
+	// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the client-side budget
+	// of the agent's status writes, and of its cache's lists and watches
+	// (controller-runtime's own defaults). Lease writes have a budget of
+	// their own: leaseBudget.
+	DefaultKubeAPIQPS   = 20
+	DefaultKubeAPIBurst = 30
 )
+
+// leaseBudget is the token bucket of the agent's Lease writes (its
+// heartbeat and address take-overs), apart from every other request so
+// that a burst of status patches can never delay a failover or starve
+// the heartbeat into self-fencing. Its rate is ten heartbeats' worth
+// (at least 20 QPS), its burst enough to take over a node's worth of
+// addresses at once.
+func leaseBudget(renew time.Duration) (qps float32, burst int) {
+	qps = float32(10 * time.Second / max(renew, time.Millisecond))
+	return max(qps, 20), 200
+}
 
 // Label keys on the agent's Leases.
 const (
@@ -80,7 +100,12 @@ type Config struct {
 	// DriftInterval is how often the kernel's rules are compared with what
 	// the agent applied (default 1s).
 	DriftInterval time.Duration
-	Log           logr.Logger
+	// KubeAPIQPS and KubeAPIBurst bound the agent's Service status writes
+	// (default DefaultKubeAPIQPS, DefaultKubeAPIBurst); its watches and its
+	// Lease writes have budgets of their own.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+	Log          logr.Logger
 }
 
 func (c *Config) defaults() {
@@ -99,6 +124,31 @@ func (c *Config) defaults() {
 	if c.DriftInterval == 0 {
 		c.DriftInterval = time.Second
 	}
+	if c.KubeAPIQPS == 0 {
+		c.KubeAPIQPS = DefaultKubeAPIQPS
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = DefaultKubeAPIBurst
+	}
+}
+
+// User-Agents of the agent's clients. The API server records the part
+// before the first "/" as the field manager of a write, so a Lease's
+// managedFields show which client wrote it.
+const (
+	agentUserAgent = "converge-lbagent"
+	leaseUserAgent = "converge-lbagent-leases"
+)
+
+// withBudget is cfg with a token bucket of its own of qps and burst
+// (client-go's default when none is set is 5 QPS, two thirds of which
+// the heartbeat alone uses at the default renew interval) and the
+// User-Agent ua.
+func withBudget(cfg *rest.Config, qps float32, burst int, ua string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, qps, burst
+	cfg.UserAgent = fmt.Sprintf("%s/%s (%s/%s)", ua, version.Get(), goruntime.GOOS, goruntime.GOARCH)
+	return cfg
 }
 
 // Run runs the agent until ctx ends, then removes every rule, address and
@@ -111,17 +161,25 @@ func Run(ctx context.Context, c Config) error {
 	if err := lbdataplane.Available(); err != nil {
 		return err
 	}
-	ca, err := cache.New(c.RESTConfig, cache.Options{Scheme: c.Scheme, ByObject: map[client.Object]cache.ByObject{
+	// Three token buckets: the cache's lists and watches, status writes
+	// (KubeAPIQPS), and Lease writes (leaseBudget), so that neither of the
+	// first two can delay a heartbeat or a take-over.
+	ca, err := cache.New(withBudget(c.RESTConfig, DefaultKubeAPIQPS, DefaultKubeAPIBurst, agentUserAgent), cache.Options{Scheme: c.Scheme, ByObject: map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{c.LeaseNamespace: {}}},
 	}})
 	if err != nil {
 		return fmt.Errorf("creating the agent's cache: %w", err)
 	}
-	cl, err := client.New(c.RESTConfig, client.Options{Scheme: c.Scheme})
+	cl, err := client.New(withBudget(c.RESTConfig, c.KubeAPIQPS, c.KubeAPIBurst, agentUserAgent), client.Options{Scheme: c.Scheme})
 	if err != nil {
 		return fmt.Errorf("creating the agent's client: %w", err)
 	}
-	a := newAgent(c, ca, cl)
+	qps, burst := leaseBudget(c.RenewInterval)
+	leases, err := client.New(withBudget(c.RESTConfig, qps, burst, leaseUserAgent), client.Options{Scheme: c.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating the agent's Lease client: %w", err)
+	}
+	a := newAgent(c, ca, cl, leases)
 	poke := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.poke() },
 		UpdateFunc: func(any, any) { a.poke() },

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
@@ -140,4 +141,68 @@ func TestLoadBalancerEndToEnd(t *testing.T) {
 	for _, l := range leases.Items {
 		g.Expect(l.Spec.HolderIdentity).NotTo(HaveValue(Equal(agentSpec(topo, other, ns).NodeName)), l.Name)
 	}
+}
+
+// TestStatusWritesNeverStarveTheHeartbeat: Lease writes have a budget of
+// their own (the API server sees them from the Lease client). With both agents' status writes held to one every two
+// seconds (longer than the 1.5 s lease duration), each still renews its
+// heartbeat every renew interval, so neither takes over an address from
+// a peer that is alive. On one shared budget the heartbeats wait behind
+// status writes, each agent sees the other silent for a lease duration
+// and the addresses move back and forth (and a real failover waits
+// behind the same queue: the cause of a 1.6 → 3.6 s failover regression).
+func TestStatusWritesNeverStarveTheHeartbeat(t *testing.T) {
+	testenv.Need(t, env)
+	lbtest.NeedNetwork(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	topo, err := lbtest.New(ctx, 2, 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(topo.Close)
+	g.Expect(topo.ServeHTTP(topo.Backends[0], topo.BackendIPs[0].String()+":8080", "be")).To(Succeed())
+	ns := env.NewNamespace(t)
+	startIPAM(t)
+	newPool(t, "starved", ns, []string{"10.77.0.251-10.77.0.254"}, nil)
+	newL2(t, "starved")
+	for i := range 2 {
+		spec := agentSpec(topo, i, ns)
+		spec.KubeAPIQPS, spec.KubeAPIBurst = 0.5, 1
+		_, err = topo.StartAgent(spec)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	names := []string{"web", "web2", "web3", "web4"}
+	for _, name := range names {
+		newService(t, ns, name, nil)
+		setEndpoints(t, ns, name, endpoint{topo.BackendIPs[0].String(), true, false})
+	}
+	for _, name := range names {
+		waitReason(t, ns, name, lbv1alpha1.ReachableReason)
+	}
+	transitions := func() map[string]int32 {
+		var leases coordinationList
+		g.Expect(env.Client.List(ctx, &leases, client.InNamespace(ns))).To(Succeed())
+		m := map[string]int32{}
+		for _, l := range leases.Items {
+			if strings.HasPrefix(l.Name, "lb-vip-") {
+				m[l.Name+" held by "+ptr.Deref(l.Spec.HolderIdentity, "")] = ptr.Deref(l.Spec.LeaseTransitions, 0)
+			}
+		}
+		return m
+	}
+	before := transitions()
+	g.Expect(before).To(HaveLen(len(names)))
+	// Every Lease write went through the Lease client (its own budget):
+	// the API server records its User-Agent as the writer.
+	var leases coordinationList
+	g.Expect(env.Client.List(ctx, &leases, client.InNamespace(ns))).To(Succeed())
+	g.Expect(leases.Items).To(HaveLen(len(names) + 2)) // and two heartbeats
+	for _, l := range leases.Items {
+		g.Expect(l.ManagedFields).NotTo(BeEmpty(), l.Name)
+		for _, mf := range l.ManagedFields {
+			g.Expect(mf.Manager).To(Equal("converge-lbagent-leases"), "Lease %s written by another client", l.Name)
+		}
+	}
+	// Three lease durations with both agents alive: no address changes hands.
+	time.Sleep(4500 * time.Millisecond)
+	g.Expect(transitions()).To(Equal(before), "an address moved between two live agents: a heartbeat was starved")
 }

@@ -23,7 +23,8 @@ import (
 type agent struct {
 	cfg    Config
 	cache  cache.Cache
-	client client.Client
+	client client.Client // status writes and live reads
+	leases client.Client // Lease writes, on a budget of their own
 	nft    lbdataplane.NFT
 	addrs  lbdataplane.Addresses
 	wake   chan struct{}
@@ -51,8 +52,8 @@ type heartbeatSeen struct {
 	at    time.Time
 }
 
-func newAgent(c Config, ca cache.Cache, cl client.Client) *agent {
-	a := &agent{cfg: c, cache: ca, client: cl,
+func newAgent(c Config, ca cache.Cache, cl, leases client.Client) *agent {
+	a := &agent{cfg: c, cache: ca, client: cl, leases: leases,
 		nft: lbdataplane.NFT{NetNS: c.NetNS}, addrs: lbdataplane.Addresses{NetNS: c.NetNS},
 		wake: make(chan struct{}, 1), seen: map[string]heartbeatSeen{}, freeSince: map[netip.Addr]time.Time{},
 		owned: map[netip.Addr]bool{}, garpPending: map[netip.Addr]int{}, garpLast: map[netip.Addr]time.Time{}}
@@ -176,7 +177,7 @@ func (a *agent) renewHeartbeat(ctx context.Context, now time.Time) {
 	name := heartbeatName(a.cfg.NodeName)
 	if a.heartbeat == nil {
 		l := &coordinationv1.Lease{}
-		err := a.client.Get(ctx, client.ObjectKey{Namespace: a.cfg.LeaseNamespace, Name: name}, l)
+		err := a.leases.Get(ctx, client.ObjectKey{Namespace: a.cfg.LeaseNamespace, Name: name}, l)
 		switch {
 		case apierrors.IsNotFound(err):
 			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.LeaseNamespace, Name: name,
@@ -184,7 +185,7 @@ func (a *agent) renewHeartbeat(ctx context.Context, now time.Time) {
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.cfg.NodeName),
 					LeaseDurationSeconds: ptr.To(int32(min(a.cfg.LeaseDuration.Round(time.Second)/time.Second, 3600))), //nolint:gosec // clamped to an hour
 					RenewTime:            ptr.To(metav1.NewMicroTime(now))}}
-			if err := a.client.Create(ctx, l); err != nil {
+			if err := a.leases.Create(ctx, l); err != nil {
 				a.cfg.Log.Error(err, "Creating the heartbeat Lease")
 				return
 			}
@@ -199,7 +200,7 @@ func (a *agent) renewHeartbeat(ctx context.Context, now time.Time) {
 	l := a.heartbeat.DeepCopy()
 	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
 	l.Spec.HolderIdentity = ptr.To(a.cfg.NodeName)
-	if err := a.client.Update(ctx, l); err != nil {
+	if err := a.leases.Update(ctx, l); err != nil {
 		a.heartbeat = nil // re-read next time
 		a.cfg.Log.V(1).Info("Renewing the heartbeat Lease failed", "error", err.Error())
 		return
@@ -292,7 +293,7 @@ func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy b
 			Labels: map[string]string{vipLabel: "true"}}}
 		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(me), AcquireTime: ptr.To(metav1.NewMicroTime(now)),
 			RenewTime: ptr.To(metav1.NewMicroTime(now))}
-		if err := a.client.Create(ctx, l); err != nil {
+		if err := a.leases.Create(ctx, l); err != nil {
 			a.leaseRefused(err, ip)
 			return false // another agent won, or the API refused
 		}
@@ -302,7 +303,7 @@ func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy b
 		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-		if err := a.client.Update(ctx, l); err != nil { // resourceVersion-checked
+		if err := a.leases.Update(ctx, l); err != nil { // resourceVersion-checked
 			a.leaseRefused(err, ip)
 			return false
 		}
@@ -341,7 +342,7 @@ func (a *agent) releaseUnwanted(ctx context.Context, want map[netip.Addr]*vipSta
 			}
 		}
 		if !keep {
-			_ = a.client.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+			_ = a.leases.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
 		}
 	}
 }
@@ -391,11 +392,11 @@ func (a *agent) cleanup() {
 		a.cfg.Log.Error(err, "Removing the nftables table")
 	}
 	var list coordinationv1.LeaseList
-	if err := a.client.List(ctx, &list, client.InNamespace(a.cfg.LeaseNamespace)); err == nil {
+	if err := a.leases.List(ctx, &list, client.InNamespace(a.cfg.LeaseNamespace)); err == nil {
 		for i := range list.Items {
 			l := &list.Items[i]
 			if ptr.Deref(l.Spec.HolderIdentity, "") == a.cfg.NodeName {
-				_ = a.client.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+				_ = a.leases.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
 			}
 		}
 	}

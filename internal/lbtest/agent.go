@@ -29,6 +29,9 @@ type AgentSpec struct {
 	LeaseDuration  time.Duration
 	RenewInterval  time.Duration
 	ProbeInterval  time.Duration
+	// KubeAPIQPS and KubeAPIBurst are the agent's status-write budget.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 }
 
 // MaybeRunAgentChild runs the agent and exits when this process was
@@ -59,6 +62,7 @@ func MaybeRunAgentChild() {
 	err = lbagent.Run(ctx, lbagent.Config{RESTConfig: cfg, Scheme: setup.Scheme(), NodeName: s.NodeName, NetNS: s.NetNS,
 		Interface: s.Interface, LeaseNamespace: s.LeaseNamespace, DefaultClass: true,
 		LeaseDuration: s.LeaseDuration, RenewInterval: s.RenewInterval, ProbeInterval: s.ProbeInterval,
+		KubeAPIQPS: s.KubeAPIQPS, KubeAPIBurst: s.KubeAPIBurst,
 		Log: ctrl.Log.WithName("lbagent").WithValues("node", s.NodeName)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lbtest agent:", err)
