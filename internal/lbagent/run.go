@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -120,12 +121,7 @@ func (a *agent) sync(ctx context.Context) error {
 		return err
 	}
 
-	owned := map[netip.Addr]*vipState{}
-	for ip, st := range want {
-		if a.own(ctx, ip, now, healthy, alive) {
-			owned[ip] = st
-		}
-	}
+	owned := a.ownAll(ctx, want, now, healthy, alive)
 	a.releaseUnwanted(ctx, want)
 	a.converge(ctx, owned, now)
 	// Probe only what this node really holds: an address whose add failed
@@ -255,14 +251,65 @@ func preferred(ip netip.Addr, alive map[string]bool) string {
 	return best
 }
 
-// own reports whether this node owns the address now, taking its Lease
-// when it is free or its holder is dead.
-func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy bool, alive map[string]bool) bool {
+// takeOverWorkers bounds the Lease writes one pass makes at once: a node
+// taking over many addresses writes their Leases in parallel instead of
+// one after another (each is a round trip to the API server).
+const takeOverWorkers = 16
+
+// ownAll returns the wanted addresses this node owns now: those whose
+// Lease it holds, and those it took over in this pass (free, or their
+// holder dead), their Leases written in parallel.
+func (a *agent) ownAll(ctx context.Context, want map[netip.Addr]*vipState, now time.Time, healthy bool, alive map[string]bool) map[netip.Addr]*vipState {
+	owned := map[netip.Addr]*vipState{}
+	var takes []takeOver
+	for ip, st := range want {
+		hold, take := a.own(ctx, ip, now, healthy, alive)
+		switch {
+		case hold:
+			owned[ip] = st
+		case take != nil:
+			takes = append(takes, *take)
+		}
+	}
+	var mu sync.Mutex
+	sem := make(chan struct{}, takeOverWorkers)
+	var wg sync.WaitGroup
+	for _, t := range takes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if a.take(ctx, t) {
+				mu.Lock()
+				owned[t.ip] = want[t.ip]
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for ip := range owned {
+		delete(a.freeSince, ip)
+	}
+	return owned
+}
+
+// takeOver is the Lease write that makes this node the holder of ip.
+type takeOver struct {
+	ip     netip.Addr
+	lease  *coordinationv1.Lease
+	create bool   // the Lease does not exist yet
+	from   string // the previous holder
+}
+
+// own reports whether this node holds the address now, or else the
+// take-over to attempt when the address is free or its holder is dead
+// (nil when it must leave it).
+func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy bool, alive map[string]bool) (bool, *takeOver) {
 	me := a.cfg.NodeName
 	l := &coordinationv1.Lease{}
 	err := a.cache.Get(ctx, client.ObjectKey{Namespace: a.cfg.LeaseNamespace, Name: leaseName(ip)}, l)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return false
+		return false, nil
 	}
 	exists := err == nil
 	holder := ""
@@ -271,14 +318,14 @@ func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy b
 	}
 	if holder == me {
 		delete(a.freeSince, ip)
-		return healthy // self-fencing: an agent that cannot renew withdraws
+		return healthy, nil // self-fencing: an agent that cannot renew withdraws
 	}
 	if holder != "" && alive[holder] {
 		delete(a.freeSince, ip)
-		return false
+		return false, nil
 	}
 	if !healthy {
-		return false
+		return false, nil
 	}
 	since, ok := a.freeSince[ip]
 	if !ok {
@@ -286,30 +333,38 @@ func (a *agent) own(ctx context.Context, ip netip.Addr, now time.Time, healthy b
 		a.freeSince[ip] = now
 	}
 	if preferred(ip, alive) != me && now.Sub(since) < 2*a.cfg.RenewInterval {
-		return false // give the preferred node a head start
+		return false, nil // give the preferred node a head start
 	}
 	if !exists {
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.LeaseNamespace, Name: leaseName(ip),
 			Labels: map[string]string{vipLabel: "true"}}}
 		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(me), AcquireTime: ptr.To(metav1.NewMicroTime(now)),
 			RenewTime: ptr.To(metav1.NewMicroTime(now))}
-		if err := a.leases.Create(ctx, l); err != nil {
-			a.leaseRefused(err, ip)
-			return false // another agent won, or the API refused
-		}
-	} else {
-		l = l.DeepCopy()
-		l.Spec.HolderIdentity = ptr.To(me)
-		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-		if err := a.leases.Update(ctx, l); err != nil { // resourceVersion-checked
-			a.leaseRefused(err, ip)
-			return false
-		}
+		return false, &takeOver{ip: ip, lease: l, create: true}
 	}
-	a.cfg.Log.Info("Took over address", "address", ip.String(), "previousHolder", holder)
-	delete(a.freeSince, ip)
+	l = l.DeepCopy()
+	l.Spec.HolderIdentity = ptr.To(me)
+	l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	return false, &takeOver{ip: ip, lease: l, from: holder}
+}
+
+// take writes a take-over's Lease: a create, or an update checked against
+// the resourceVersion the decision was made on, so that of two agents
+// racing for an address exactly one wins. Safe for concurrent use.
+func (a *agent) take(ctx context.Context, t takeOver) bool {
+	var err error
+	if t.create {
+		err = a.leases.Create(ctx, t.lease)
+	} else {
+		err = a.leases.Update(ctx, t.lease)
+	}
+	if err != nil {
+		a.leaseRefused(err, t.ip) // another agent won, or the API refused
+		return false
+	}
+	a.cfg.Log.Info("Took over address", "address", t.ip.String(), "previousHolder", t.from)
 	return true
 }
 
@@ -360,24 +415,52 @@ func (a *agent) converge(ctx context.Context, owned map[netip.Addr]*vipState, no
 			delete(a.garpPending, ip)
 		}
 	}
-	for ip, st := range owned {
+	var added []netip.Addr
+	for ip := range owned {
 		if !a.owned[ip] {
-			if err := a.addrs.Add(ctx, ip); err != nil {
-				a.cfg.Log.Error(err, "Adding address", "address", ip.String())
-				continue
-			}
-			a.owned[ip] = true
-			a.garpPending[ip] = 3
-			a.garpLast[ip] = time.Time{}
+			added = append(added, ip)
 		}
-		if a.garpPending[ip] > 0 && now.Sub(a.garpLast[ip]) >= 200*time.Millisecond {
-			if err := lbdataplane.GratuitousARP(a.cfg.NetNS, st.iface, ip); err != nil {
-				a.cfg.Log.Error(err, "Sending gratuitous ARP", "address", ip.String())
-			}
+	}
+	if err := a.addrs.Add(ctx, added...); err != nil {
+		a.cfg.Log.Error(err, "Adding addresses", "addresses", len(added))
+		added = a.present(ctx, added)
+	}
+	for _, ip := range added {
+		a.owned[ip] = true
+		a.garpPending[ip] = 3
+		a.garpLast[ip] = time.Time{}
+	}
+	// Gratuitous ARP: three rounds 200 ms apart for each new address, all
+	// addresses due on one interface in one send.
+	due := map[string][]netip.Addr{}
+	for ip, st := range owned {
+		if a.owned[ip] && a.garpPending[ip] > 0 && now.Sub(a.garpLast[ip]) >= 200*time.Millisecond {
+			due[st.iface] = append(due[st.iface], ip)
 			a.garpPending[ip]--
 			a.garpLast[ip] = now
 		}
 	}
+	for iface, ips := range due {
+		if err := lbdataplane.GratuitousARP(a.cfg.NetNS, iface, ips...); err != nil {
+			a.cfg.Log.Error(err, "Sending gratuitous ARP", "interface", iface, "addresses", len(ips))
+		}
+	}
+}
+
+// present returns those of ips that are on the interface (after a batch
+// add failed part way).
+func (a *agent) present(ctx context.Context, ips []netip.Addr) []netip.Addr {
+	on, err := a.addrs.List(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range ips {
+		if slices.Contains(on, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // cleanup removes everything the agent made: addresses (on lo),

@@ -3,6 +3,7 @@ package lbdataplane
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -51,10 +52,23 @@ func (a Addresses) List(ctx context.Context) ([]netip.Addr, error) {
 	return ips, nil
 }
 
-// Add puts a VIP on the loopback interface.
-func (a Addresses) Add(ctx context.Context, ip netip.Addr) error {
-	_, err := netns.Run(ctx, a.NetNS, "ip", "addr", "replace", ip.String()+"/32", "dev", "lo", "label", Label)
-	return err
+// Add puts VIPs on the loopback interface, all in one run of ip(8)
+// (-batch), so a node taking over many addresses does not start a process
+// per address. On error the ones before the failing line were added.
+func (a Addresses) Add(ctx context.Context, ips ...netip.Addr) error {
+	if len(ips) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, ip := range ips {
+		fmt.Fprintf(&b, "addr replace %s/32 dev lo label %s\n", ip, Label)
+	}
+	cmd := netns.Command(ctx, a.NetNS, "ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("adding %d addresses to lo in netns %q: %w: %s", len(ips), a.NetNS, err, out)
+	}
+	return nil
 }
 
 // Remove takes a VIP off.
@@ -77,10 +91,14 @@ func (a Addresses) Delete(ctx context.Context) error {
 	return nil
 }
 
-// GratuitousARP broadcasts an ARP request for ip from ip on the interface,
-// so neighbours update their caches at once on takeover instead of waiting
-// minutes for the old entry to go stale.
-func GratuitousARP(nsName, iface string, ip netip.Addr) error {
+// GratuitousARP broadcasts an ARP request for each ip from that ip on the
+// interface, so neighbours update their caches at once on takeover instead
+// of waiting minutes for the old entry to go stale. One socket sends them
+// all: a node taking over many addresses announces them in microseconds.
+func GratuitousARP(nsName, iface string, ips ...netip.Addr) error {
+	if len(ips) == 0 {
+		return nil
+	}
 	return netns.Do(nsName, func() error {
 		ifi, err := net.InterfaceByName(iface)
 		if err != nil {
@@ -95,25 +113,34 @@ func GratuitousARP(nsName, iface string, ip netip.Addr) error {
 		}
 		defer unix.Close(fd)
 		bcast := [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-		frame := make([]byte, 0, 42)
-		frame = append(frame, bcast[:6]...)
-		frame = append(frame, ifi.HardwareAddr...)
-		frame = binary.BigEndian.AppendUint16(frame, unix.ETH_P_ARP)
-		frame = binary.BigEndian.AppendUint16(frame, 1)      // Ethernet
-		frame = binary.BigEndian.AppendUint16(frame, 0x0800) // IPv4
-		frame = append(frame, 6, 4)
-		frame = binary.BigEndian.AppendUint16(frame, 1) // request
-		v4 := ip.As4()
-		frame = append(frame, ifi.HardwareAddr...)
-		frame = append(frame, v4[:]...)
-		frame = append(frame, 0, 0, 0, 0, 0, 0)
-		frame = append(frame, v4[:]...)
 		sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifi.Index, Halen: 6, Addr: bcast}
-		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
-			return fmt.Errorf("sending gratuitous ARP for %s on %s: %w", ip, iface, err)
+		var errs []error
+		for _, ip := range ips {
+			if err := unix.Sendto(fd, garpFrame(ifi.HardwareAddr, ip), 0, sa); err != nil {
+				errs = append(errs, fmt.Errorf("sending gratuitous ARP for %s on %s: %w", ip, iface, err))
+			}
 		}
-		return nil
+		return errors.Join(errs...)
 	})
+}
+
+// garpFrame is an Ethernet broadcast ARP request asking for ip from ip.
+func garpFrame(mac net.HardwareAddr, ip netip.Addr) []byte {
+	bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	frame := make([]byte, 0, 42)
+	frame = append(frame, bcast...)
+	frame = append(frame, mac...)
+	frame = binary.BigEndian.AppendUint16(frame, unix.ETH_P_ARP)
+	frame = binary.BigEndian.AppendUint16(frame, 1)      // Ethernet
+	frame = binary.BigEndian.AppendUint16(frame, 0x0800) // IPv4
+	frame = append(frame, 6, 4)
+	frame = binary.BigEndian.AppendUint16(frame, 1) // request
+	v4 := ip.As4()
+	frame = append(frame, mac...)
+	frame = append(frame, v4[:]...)
+	frame = append(frame, 0, 0, 0, 0, 0, 0)
+	frame = append(frame, v4[:]...)
+	return frame
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -3,6 +3,7 @@ package lbdataplane_test
 import (
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,8 +100,20 @@ func TestDataPlaneRealTraffic(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "table ip foreign") || strings.Contains(string(out), lbdataplane.Table) {
 		t.Fatalf("tables after delete: %s (%v); want foreign kept and %s gone", out, err, lbdataplane.Table)
 	}
+	// Several addresses in one batch (a take-over), the one already there
+	// included; Delete removes exactly the agent's.
+	more := []netip.Addr{vip, netip.MustParseAddr("10.77.0.241"), netip.MustParseAddr("10.77.0.242")}
+	if err := addrs.Add(ctx, more...); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := addrs.List(ctx); err != nil || !slices.Equal(sorted(got), sorted(more)) {
+		t.Fatalf("addresses after a batch add: %v (%v); want %v", got, err, more)
+	}
 	if err := addrs.Delete(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if got, err := addrs.List(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("addresses after Delete: %v (%v); want none", got, err)
 	}
 	prefix := topo.Prefix()
 	topo.Close()
@@ -110,4 +123,10 @@ func TestDataPlaneRealTraffic(t *testing.T) {
 			t.Errorf("namespace %s left behind", e.Name())
 		}
 	}
+}
+
+func sorted(ips []netip.Addr) []netip.Addr {
+	ips = slices.Clone(ips)
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return ips
 }
