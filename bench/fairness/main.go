@@ -6,6 +6,9 @@
 //   - a BasicDeployment scaled 0 -> N (-replicas, 100): from the scale
 //     patch until N Pods are available;
 //   - a Database created on a PostgresInstance: from create to Ready;
+//     and its floor: the same SQL and API writes without the controller
+//     (see floor), so that what the load does to PostgreSQL and the API
+//     server on a small machine is told from what the controller adds;
 //
 // first on an idle manager, then while one Sync applies M ConfigMaps
 // (-objects, 5000), and prints each one's busy time against its idle time
@@ -27,6 +30,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +49,7 @@ import (
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/internal/sqltest"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -71,7 +77,11 @@ type bench struct {
 	ctx  context.Context
 	c    client.Client
 	root string
-	seq  int
+	seq  atomic.Int64 // names; the busy phase's goroutines share it
+	// The floor's own connection to the PostgreSQL server, as the
+	// controller's: TLS Require, a warm admin pool.
+	pg    *sqltest.Server
+	pools *sqlengine.Pools
 }
 
 func run(ctx context.Context, objects int, replicas int32, runs int) error {
@@ -94,7 +104,9 @@ func run(ctx context.Context, objects int, replicas int32, runs int) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(root) }()
-	b := &bench{ctx: ctx, c: env.Client, root: root}
+	pools := &sqlengine.Pools{}
+	defer pools.Close()
+	b := &bench{ctx: ctx, c: env.Client, root: root, pg: srv, pools: pools}
 
 	// The PostgresInstance every Database uses.
 	if err := b.namespace("sql"); err != nil {
@@ -115,12 +127,15 @@ func run(ctx context.Context, objects int, replicas int32, runs int) error {
 	}); err != nil {
 		return fmt.Errorf("PostgresInstance: %w", err)
 	}
+	if _, err := b.floor(); err != nil { // warms the floor's admin pool
+		return fmt.Errorf("the floor: %w", err)
+	}
 	url, err := b.repo(objects)
 	if err != nil {
 		return err
 	}
 
-	var idleBD, idleDB, busyBD, busyDB, idleSync, busySync []time.Duration
+	var idleBD, idleDB, busyBD, busyDB, idleSync, busySync, idleFloor, busyFloor []time.Duration
 	for r := range runs {
 		logf("run %d: idle: BasicDeployment 0 -> %d", r+1, replicas)
 		d, err := b.scale(replicas)
@@ -133,6 +148,10 @@ func run(ctx context.Context, objects int, replicas int32, runs int) error {
 			return err
 		}
 		idleDB = append(idleDB, d)
+		if d, err = b.floor(); err != nil {
+			return err
+		}
+		idleFloor = append(idleFloor, d)
 		logf("run %d: idle: Sync of %d ConfigMaps", r+1, objects)
 		if d, err = b.sync(url, nil); err != nil {
 			return err
@@ -147,7 +166,17 @@ func run(ctx context.Context, objects int, replicas int32, runs int) error {
 		bd, db := make(chan result, 1), make(chan result, 1)
 		d, err = b.sync(url, func() {
 			go func() { d, err := b.scale(replicas); bd <- result{d, err} }()
-			go func() { d, err := b.database(); db <- result{d, err} }()
+			go func() {
+				// The Database, then its floor, one after the other (not
+				// competing with each other), both while the Sync runs.
+				d, err := b.database()
+				if err == nil {
+					var f time.Duration
+					f, err = b.floor()
+					busyFloor = append(busyFloor, f)
+				}
+				db <- result{d, err}
+			}()
 		})
 		if err != nil {
 			return err
@@ -175,9 +204,14 @@ func run(ctx context.Context, objects int, replicas int32, runs int) error {
 	}
 	rBD := row(fmt.Sprintf("BasicDeployment 0 -> %d available", replicas), idleBD, busyBD)
 	rDB := row("Database create -> Ready", idleDB, busyDB)
+	rF := row("  its floor: the same SQL and API writes", idleFloor, busyFloor)
 	rS := row(fmt.Sprintf("Sync of %d ConfigMaps (the busy one)", objects), idleSync, busySync)
+	fmt.Printf("  %-40s %.2fx (the Database's busy/idle ratio over its floor's: what the controller adds to what the load does to the same work)\n",
+		"Database against its floor", rDB/rF)
 	benchout.Ratio(fmt.Sprintf("fairness.basicdeployment_0_to_%d_busy_vs_idle", replicas), median(busyBD).Seconds(), "s", rBD)
 	benchout.Ratio("fairness.database_ready_busy_vs_idle", median(busyDB).Seconds(), "s", rDB)
+	benchout.Ratio("fairness.database_floor_busy_vs_idle", median(busyFloor).Seconds(), "s", rF)
+	benchout.Ratio("fairness.database_vs_floor_busy_vs_idle", median(busyDB).Seconds(), "s", rDB/rF)
 	benchout.Ratio(fmt.Sprintf("fairness.sync_%d_with_others_vs_alone", objects), median(busySync).Seconds(), "s", rS)
 	return nil
 }
@@ -187,8 +221,7 @@ func (b *bench) namespace(name string) error {
 }
 
 func (b *bench) next(prefix string) (string, error) {
-	b.seq++
-	ns := prefix + "-" + strconv.Itoa(b.seq)
+	ns := prefix + "-" + strconv.FormatInt(b.seq.Add(1), 10)
 	return ns, b.namespace(ns)
 }
 
@@ -235,12 +268,12 @@ func (b *bench) scale(n int32) (time.Duration, error) {
 
 // database times one Database from create to Ready.
 func (b *bench) database() (time.Duration, error) {
-	b.seq++
-	name := "fair-" + strconv.Itoa(b.seq)
+	n := strconv.FormatInt(b.seq.Add(1), 10)
+	name := "fair-" + n
 	d := &sqlv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "sql", Name: name},
 		Spec: sqlv1alpha1.DatabaseSpec{
 			InstanceRef:  sqlv1alpha1.InstanceReference{APIVersion: sqlv1alpha1.GroupVersion.String(), Kind: "PostgresInstance", Name: "pg"},
-			DatabaseName: "fair_" + strconv.Itoa(b.seq),
+			DatabaseName: "fair_" + n,
 		}}
 	start := time.Now()
 	if err := b.c.Create(b.ctx, d); err != nil {
@@ -251,6 +284,76 @@ func (b *bench) database() (time.Duration, error) {
 		return err == nil && meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition), err
 	}); err != nil {
 		return 0, fmt.Errorf("waiting for the Database to be Ready: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// floor does a new Database's work without its controller, timed: the
+// sqlengine calls the Database controller makes for a new database on the
+// same server with the same TLS mode (ownership reads, role, database,
+// extensions, grants, a login as the owner on a fresh connection, the
+// observation), then the API writes it makes (an object created, a
+// finalizer patch, a Secret created, a status-sized patch) by this
+// benchmark's plain client. Its busy/idle ratio is what the machine's load
+// alone does to that work; what the Database takes beyond it is the
+// controller's (queue, watch, budget).
+func (b *bench) floor() (time.Duration, error) {
+	ctx := b.ctx
+	n := strconv.FormatInt(b.seq.Add(1), 10)
+	name := "floor_" + n
+	admin := b.pg.Admin()
+	admin.TLSMode, admin.CAPEM = sqlengine.TLSRequire, nil // as the bench's PostgresInstance (no spec.tls)
+	password := fmt.Sprintf("floor-%s-%d", n, time.Now().UnixNano())
+	claim := sqlengine.Claim{UID: "floor-" + n, Namespace: "sql", Name: name}
+	sp := sqlengine.Spec{Name: name, Owner: name, Claim: claim}
+	start := time.Now()
+	srv, err := b.pools.Admin(admin)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := srv.DatabaseOwnership(ctx, name); err != nil {
+		return 0, err
+	}
+	if _, err := srv.RoleOwnership(ctx, name); err != nil {
+		return 0, err
+	}
+	if err := srv.CreateRole(ctx, name, password, claim); err != nil {
+		return 0, err
+	}
+	if err := srv.CreateDatabase(ctx, sp); err != nil {
+		return 0, err
+	}
+	if err := srv.EnsureExtensions(ctx, sp); err != nil {
+		return 0, err
+	}
+	if err := srv.Grant(ctx, sp); err != nil {
+		return 0, err
+	}
+	login := admin
+	login.User, login.Password, login.Database, login.MaxConns = name, password, name, 1
+	if err := sqlengine.CheckLogin(ctx, login); err != nil {
+		return 0, err
+	}
+	if _, err := srv.Database(ctx, name); err != nil {
+		return 0, err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "sql", Name: strings.ReplaceAll(name, "_", "-")}}
+	if err := b.c.Create(ctx, cm); err != nil {
+		return 0, err
+	}
+	for i, data := range []map[string]string{{"finalizer": "x"}, {"status": strings.Repeat("x", 400)}} {
+		patch := client.MergeFrom(cm.DeepCopy())
+		cm.Data = data
+		if err := b.c.Patch(ctx, cm, patch); err != nil {
+			return 0, fmt.Errorf("patch %d: %w", i, err)
+		}
+		if i == 0 {
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "sql", Name: cm.Name},
+				StringData: map[string]string{"password": password}}
+			if err := b.c.Create(ctx, sec); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return time.Since(start), nil
 }

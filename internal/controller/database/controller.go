@@ -325,10 +325,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Database", klog.KObj(d)))
 	if d.DeletionTimestamp.IsZero() && !slices.Contains(d.Finalizers, sqlv1alpha1.DatabaseFinalizer) {
-		// The finalizer goes on before anything exists on the server.
+		// The finalizer goes on before anything exists on the server. Once the
+		// API server has it, this pass goes on with the object it returned
+		// instead of waiting for the watch to bring that object back: under
+		// load the watch was the larger part of a new Database's wait.
 		base := d.DeepCopy()
 		d.Finalizers = append(d.Finalizers, sqlv1alpha1.DatabaseFinalizer)
-		return ctrl.Result{}, r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+		if err := r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	s := newScope(d, time.Now())
 	base := d.DeepCopy()
