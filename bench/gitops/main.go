@@ -69,7 +69,7 @@ var (
 	memProfile  = flag.String("memprofile", "", "write a heap profile here once the inventories are filled")
 	controllers = flag.String("controllers", "*", "controllers the manager runs (--controllers), e.g. gitrepository,sync to compare the RSS without the others")
 	managerMode = flag.String("manager", "process", "where the manager runs: 'process' (`converge run` built from this tree, its own process; the RSS is that process's) or 'in-process' (in this benchmark's process, beside its client, as the test suites run it)")
-	converge    = flag.String("converge", "", "the converge binary to run (-manager process); empty builds one from this tree as the image does (replicas.Build)")
+	converge    = flag.String("converge", "", "the converge binary to run (-manager process); empty builds one from this tree as `make build` does (internal/replicas.Build)")
 	managerArgs = flag.String("manager-args", "", "extra `converge run` arguments, space separated (-manager process), e.g. --gitops-render-cache-objects=0")
 )
 
