@@ -15,7 +15,8 @@ RUN go mod download
 # Everything else .dockerignore lets through (sources and the embedded
 # manifests under config/).
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath \
+# The tag leaves out kustomize's Go-plugin loader (see GOTAGS in the Makefile).
+RUN CGO_ENABLED=0 go build -trimpath -tags kustomize_disable_go_plugin_support \
     -ldflags "-s -w -X github.com/converge-dev/converge/internal/version.Version=${VERSION}" \
     -o /converge ./cmd/converge
 

@@ -3,8 +3,11 @@
 // plain Go loop doing the same key generation, signing and Secret creation,
 // with the same concurrency (8) and the same client-side API budget as the
 // certificate controller (-qps, -burst). It prints BENCH lines (total time
-// and ratio to the floor, p50/p99 issue latency) and asserts nothing. From
-// the repository root (after `make tools`):
+// and ratio to the floor, p50/p99 issue latency, the manager's memory with
+// many unrelated Secrets) and asserts nothing. The manager is `converge
+// run` built from this tree, a process of its own (-manager in-process runs
+// it inside this process, as the test suites do). From the repository root
+// (after `make tools`):
 //
 //	go run ./bench/certificates -n 1000
 package main
@@ -36,6 +39,7 @@ import (
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/managerproc"
 	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
@@ -52,10 +56,16 @@ func main() {
 	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
 	secrets := flag.Int("secrets", 10000, "unrelated 10 KiB Secrets created after the Certificates are Ready, before the memory is read")
 	allData := flag.Bool("all-secret-data", false, "run the manager with --cache-all-secret-data (every Secret's data cached)")
+	mode := flag.String("manager", "process", "where the manager runs: 'process' (`converge run` built from this tree, its own process; the memory line is that process's) or 'in-process' (in this benchmark's process, beside its client, as the test suites run it)")
+	exe := flag.String("converge", "", "the converge binary to run (-manager process); empty builds one from this tree as `make build` does")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout, *secrets, *allData)
+	if *mode != "process" && *mode != "in-process" {
+		fmt.Fprintf(os.Stderr, "certificates: -manager %q: want process or in-process\n", *mode)
+		os.Exit(2)
+	}
+	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout, *secrets, *allData, *mode == "in-process", *exe)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "certificates:", err)
@@ -65,10 +75,23 @@ func main() {
 
 const workers = 8
 
-func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration, secrets int, allData bool) error {
+func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration, secrets int, allData, inProcess bool, exe string) error {
+	var mgr *managerproc.Manager
+	root, err := os.MkdirTemp("", "bench-certificates-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	if !inProcess {
+		fmt.Fprintln(os.Stderr, "building converge")
+		if exe, err = managerproc.Build(ctx, exe, root); err != nil {
+			return err
+		}
+	}
+	controllers := []string{"issuer", "certificaterequest", "certificate"}
 	fmt.Fprintf(os.Stderr, "starting the local control plane; %d Certificates (%s), budget %v QPS / burst %d, %d workers\n", n, alg, qps, burst, workers)
-	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
-		o.Controllers = []string{"issuer", "certificaterequest", "certificate"}
+	env, err := testenv.Start(ctx, testenv.Options{NoManager: !inProcess, Manager: func(o *setup.Options) {
+		o.Controllers = controllers
 		o.KubeAPIQPS = map[string]float32{certificate.ControllerName: qps, certificaterequest.ControllerName: qps}
 		o.KubeAPIBurst = map[string]int{certificate.ControllerName: burst, certificaterequest.ControllerName: burst}
 		o.CacheAllSecretData = allData
@@ -77,6 +100,19 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 		return err
 	}
 	defer func() { _ = env.Stop() }()
+	if !inProcess {
+		// The same controllers and budgets, as `converge run` flags; this
+		// process serves the admission webhooks only.
+		args := []string{"--controllers", strings.Join(controllers, ","),
+			fmt.Sprintf("--kube-api-qps=%s=%v,%s=%v", certificate.ControllerName, qps, certificaterequest.ControllerName, qps),
+			fmt.Sprintf("--kube-api-burst=%s=%d,%s=%d", certificate.ControllerName, burst, certificaterequest.ControllerName, burst),
+			fmt.Sprintf("--cache-all-secret-data=%t", allData), "--receiver-bind-address", "0"}
+		if mgr, err = managerproc.Start(env, exe, root, args...); err != nil {
+			return err
+		}
+		defer func() { _ = mgr.Stop() }()
+		fmt.Fprintf(os.Stderr, "manager: converge run, pid %d\n", mgr.Pid())
+	}
 	for _, ns := range []string{"floor", "converge"} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
@@ -194,7 +230,7 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 	benchout.Line(prefix(allData)+".p50_issue_seconds", lat[len(lat)/2], "s")
 	benchout.Line(prefix(allData)+".p99_issue_seconds", lat[len(lat)*99/100], "s")
 	benchout.Line(prefix(allData)+".writes_per_certificate", (writes.Total()-float64(n))/float64(n), "")
-	return memory(ctx, env.Client, n, secrets, allData)
+	return memory(ctx, env.Client, n, secrets, allData, mgr)
 }
 
 // prefix names the BENCH lines: a run with every Secret's data cached is
@@ -207,9 +243,11 @@ func prefix(allData bool) string {
 }
 
 // memory creates secrets unrelated 10 KiB Secrets, lets the manager's
-// informer take them in, and prints the process's memory (the manager and
-// this benchmark's client are one process; the control plane is not).
-func memory(ctx context.Context, c client.Client, n, secrets int, allData bool) error {
+// informer take them in, and prints the manager's memory: the `converge
+// run` process's as read (mgr), or this process's, where the manager and
+// this benchmark's client are one process (-manager in-process); the
+// control plane is not counted.
+func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, mgr *managerproc.Manager) error {
 	if secrets > 0 {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}); err != nil {
 			return err
@@ -223,20 +261,35 @@ func memory(ctx context.Context, c client.Client, n, secrets int, allData bool) 
 		}
 	}
 	time.Sleep(5 * time.Second) // the informer takes them in
+	mode := "data cached only for labelled Secrets and Secrets of at most 1 KiB (default)"
+	if allData {
+		mode = "every Secret's data cached (--cache-all-secret-data)"
+	}
+	if mgr != nil {
+		line, m, err := mgr.Describe("")
+		if err != nil {
+			return err
+		}
+		h, err := mgr.Heap("")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "memory with %d Certificates and %d unrelated 10 KiB Secrets, %s: %s\n", n, secrets, mode, line)
+		benchout.Line(fmt.Sprintf("%s.rss_%d_secrets", prefix(allData), secrets), float64(m.RSS), "MiB")
+		benchout.Line(fmt.Sprintf("%s.rss_anon_%d_secrets", prefix(allData), secrets), float64(m.Anon), "MiB")
+		benchout.Line(fmt.Sprintf("%s.heap_%d_secrets", prefix(allData), secrets), float64(h.InUse>>20), "MiB")
+		return nil
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rss, anon, _ := procmem.RSS()
 	debug.FreeOSMemory()
 	after, _, _ := procmem.RSS()
-	mode := "data cached only for labelled Secrets and Secrets of at most 1 KiB (default)"
-	if allData {
-		mode = "every Secret's data cached (--cache-all-secret-data)"
-	}
-	fmt.Fprintf(os.Stderr, "memory with %d Certificates and %d unrelated 10 KiB Secrets, %s: RSS %d MiB as read (anonymous %d), %d MiB after returning freed memory, Go heap in use %d MiB\n",
+	fmt.Fprintf(os.Stderr, "memory with %d Certificates and %d unrelated 10 KiB Secrets, %s: this process (the manager, the benchmark's client and its code): RSS %d MiB as read after a GC (anonymous %d), %d MiB after returning freed memory, Go heap in use %d MiB\n",
 		n, secrets, mode, rss, anon, after, ms.HeapInuse>>20)
-	benchout.Line(fmt.Sprintf("%s.rss_%d_secrets", prefix(allData), secrets), float64(rss), "MiB")
-	benchout.Line(fmt.Sprintf("%s.heap_%d_secrets", prefix(allData), secrets), float64(ms.HeapInuse>>20), "MiB")
+	benchout.Line(fmt.Sprintf("%s.inprocess_rss_%d_secrets", prefix(allData), secrets), float64(rss), "MiB")
+	benchout.Line(fmt.Sprintf("%s.inprocess_heap_%d_secrets", prefix(allData), secrets), float64(ms.HeapInuse>>20), "MiB")
 	return nil
 }
 

@@ -1,6 +1,9 @@
 // Command gitops measures the Sync controller on a local control plane
-// (internal/testenv: etcd and kube-apiserver from bin/, the manager in this
-// process, as the test suites run it). It prints figures and asserts nothing:
+// (internal/testenv: etcd and kube-apiserver from bin/). By default the
+// manager is the real product: `converge run`, built from this tree and
+// started as a process of its own with every controller (-manager
+// process); -manager in-process runs it inside this process instead, as
+// the test suites do. It prints figures and asserts nothing:
 //
 //  1. one Sync of N objects (ConfigMaps, Services, Deployments) from creation
 //     to Ready, against the floor: the same objects applied by a plain
@@ -8,7 +11,7 @@
 //  2. S Syncs of 10 objects each, from creation to all Ready;
 //  3. out-of-band edit -> corrected latency, p50/p99 over E edits;
 //  4. push webhook -> applied latency, p50/p99 over W pushes;
-//  5. the process's RSS and Go heap with I objects in inventories.
+//  5. the manager process's RSS with I objects in inventories.
 //
 // Run it from the repository root (after `make tools`):
 //
@@ -34,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -41,11 +45,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/managerproc"
 	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/setup"
@@ -62,29 +68,56 @@ var (
 	syncRuns    = flag.Int("sync-runs", 3, "runs of (8-way floor, Sync) pairs for the big Sync; the median ratio is printed (one run's ratio moves by 0.2 under load)")
 	memProfile  = flag.String("memprofile", "", "write a heap profile here once the inventories are filled")
 	controllers = flag.String("controllers", "*", "controllers the manager runs (--controllers), e.g. gitrepository,sync to compare the RSS without the others")
+	managerMode = flag.String("manager", "process", "where the manager runs: 'process' (`converge run` built from this tree, its own process; the RSS is that process's) or 'in-process' (in this benchmark's process, beside its client, as the test suites run it)")
+	converge    = flag.String("converge", "", "the converge binary to run (-manager process); empty builds one from this tree as `make build` does (internal/replicas.Build)")
+	managerArgs = flag.String("manager-args", "", "extra `converge run` arguments, space separated (-manager process), e.g. --gitops-render-cache-objects=0")
 )
 
 func main() {
 	flag.Parse()
 	ctx := context.Background()
+	ctrl.SetLogger(logr.Discard()) // the in-process manager's or webhooks' logs
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "bench/gitops:", err)
 		os.Exit(1)
 	}
+	root := must(os.MkdirTemp("", "bench-gitops-"))
+	defer os.RemoveAll(root)
+	inProcess := *managerMode == "in-process"
+	if !inProcess && *managerMode != "process" {
+		fail(fmt.Errorf("-manager %q: want process or in-process", *managerMode))
+	}
+	exe := *converge
+	if !inProcess && exe == "" {
+		step("building converge")
+		exe = must(managerproc.Build(ctx, "", root))
+	}
 	step("starting the control plane")
 	// The pushes measure latency, not the receiver's rate limits.
-	env, err := testenv.Start(ctx, testenv.Options{Manager: func(o *setup.Options) {
+	env, err := testenv.Start(ctx, testenv.Options{NoManager: !inProcess, Manager: func(o *setup.Options) {
 		o.Controllers = strings.Split(*controllers, ",")
 		o.GitOps.Lockdown = false // the benchmark's Syncs act as the manager, as under `converge up`
 		o.Receiver.SourceRate, o.Receiver.SourceBurst = 1000, 1000
 		o.Receiver.Rate, o.Receiver.Burst = 1000, 1000
+		if !inProcess {
+			// This process only serves the admission webhooks.
+			o.Receiver.BindAddress = "0"
+		}
 	}})
 	if err != nil {
 		fail(err)
 	}
 	defer func() { _ = env.Stop() }()
-	b := &bench{env: env, c: env.Client, ctx: ctx, root: must(os.MkdirTemp("", "bench-gitops-"))}
-	defer os.RemoveAll(b.root)
+	b := &bench{env: env, c: env.Client, ctx: ctx, root: root, receiverURL: env.ReceiverURL}
+	if !inProcess {
+		step("starting the manager: converge run")
+		m, err := b.startManager(exe)
+		if err != nil {
+			fail(err)
+		}
+		defer func() { _ = m.Stop() }()
+		b.manager = m
+	}
 
 	var rows [][2]string
 	add := func(k, v string) { rows = append(rows, [2]string{k, v}); fmt.Fprintf(os.Stderr, "  %s: %s\n", k, v) }
@@ -162,7 +195,7 @@ func main() {
 	}
 
 	// (5) RSS with many objects in inventories.
-	have := len(objs)*max(1, *syncRuns) + *nSyncs*10 + 1
+	have := len(objs)*max(1, *syncRuns) + *nSyncs*10 + 1 + b.warmup
 	if rest := *nInventory - have; rest > 0 {
 		step(fmt.Sprintf("filling inventories to %d objects", *nInventory))
 		ns3 := b.ns("fill")
@@ -182,23 +215,11 @@ func main() {
 		}
 	}
 	time.Sleep(5 * time.Second)
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	rss, anon, file := procmem.RSS()
-	if *memProfile != "" {
-		if err := writeHeapProfile(*memProfile); err != nil {
-			fail(err)
-		}
+	if inProcess {
+		add(fmt.Sprintf("this process with >= %d inventory objects", *nInventory), b.inProcessMemory())
+	} else {
+		add(fmt.Sprintf("manager process with >= %d inventory objects", *nInventory), b.managerMemory())
 	}
-	// What the process needs at rest: return freed pages to the OS first.
-	debug.FreeOSMemory()
-	after, _, _ := procmem.RSS()
-	add(fmt.Sprintf("process with >= %d inventory objects", *nInventory), fmt.Sprintf(
-		"RSS %d MiB as read (anonymous %d, file-backed %d: the binary's code), %d MiB after returning freed memory to the OS, Go heap in use %d MiB; manager and benchmark client in one process",
-		rss, anon, file, after, ms.HeapInuse>>20))
-	benchout.Line(fmt.Sprintf("gitops.rss_%d_inventory", *nInventory), float64(rss), "MiB")
-	benchout.Line(fmt.Sprintf("gitops.rss_anon_%d_inventory", *nInventory), float64(anon), "MiB")
 
 	fmt.Println("bench/gitops results")
 	for _, r := range rows {
@@ -211,6 +232,83 @@ type bench struct {
 	c    client.Client
 	ctx  context.Context
 	root string
+	// receiverURL is the push receiver's base URL: the manager's.
+	receiverURL string
+	// manager is the `converge run` process (-manager process); warmup
+	// counts the objects its warm-up Sync applied.
+	manager *managerproc.Manager
+	warmup  int
+}
+
+// startManager runs `converge run` (exe) against the control plane as a
+// process of its own, with the controllers and options the in-process
+// manager gets, and returns once it has applied a Sync of one object.
+func (b *bench) startManager(exe string) (*managerproc.Manager, error) {
+	rport, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	b.receiverURL = fmt.Sprintf("http://127.0.0.1:%d", rport)
+	cache := filepath.Join(b.root, "artifacts")
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		return nil, err
+	}
+	args := []string{"--controllers", *controllers, "--gitops-lockdown=false", "--gitops-cache-dir", cache,
+		"--receiver-bind-address", strings.TrimPrefix(b.receiverURL, "http://"),
+		// The pushes measure latency, not the receiver's rate limits.
+		"--receiver-rate", "1000", "--receiver-burst", "1000", "--receiver-source-rate", "1000", "--receiver-source-burst", "1000"}
+	args = append(args, strings.Fields(*managerArgs)...)
+	m, err := managerproc.Start(b.env, exe, b.root, args...)
+	if err != nil {
+		return nil, err
+	}
+	// Ready means serving: one Sync of one object applied.
+	ns := b.ns("warmup")
+	url := b.repo("warmup", map[string][]*unstructured.Unstructured{"app": {configMap("warmup", "v")}})
+	d, err := b.syncs(ns, url, []string{"app"})
+	if err != nil {
+		_ = m.Stop()
+		return nil, fmt.Errorf("the manager did not apply the warm-up Sync: %w\n%s", err, m.Log())
+	}
+	b.warmup = 1
+	step(fmt.Sprintf("manager pid %d serving (warm-up Sync Ready after %s)", m.Pid(), d.Round(time.Millisecond)))
+	return m, nil
+}
+
+// managerMemory reads the `converge run` process's memory as it is (no
+// GC forced, nothing returned to the OS first).
+func (b *bench) managerMemory() string {
+	line, m, err := b.manager.Describe(*memProfile)
+	if err != nil {
+		return "n/a: " + err.Error()
+	}
+	benchout.Line(fmt.Sprintf("gitops.rss_%d_inventory", *nInventory), float64(m.RSS), "MiB")
+	benchout.Line(fmt.Sprintf("gitops.rss_anon_%d_inventory", *nInventory), float64(m.Anon), "MiB")
+	return line
+}
+
+// inProcessMemory reads this process's memory: the manager and the
+// benchmark's client, test helpers and code share it.
+func (b *bench) inProcessMemory() string {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss, anon, file := procmem.RSS()
+	if maps, err := procmem.Mappings(0); err == nil {
+		fmt.Fprintf(os.Stderr, "  mappings, largest resident first: %s\n", procmem.Summary(maps, 6))
+	}
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "  heap profile:", err)
+		}
+	}
+	// What the process needs at rest: return freed pages to the OS first.
+	debug.FreeOSMemory()
+	after, _, _ := procmem.RSS()
+	benchout.Line(fmt.Sprintf("gitops.inprocess_rss_%d_inventory", *nInventory), float64(rss), "MiB")
+	benchout.Line(fmt.Sprintf("gitops.inprocess_rss_anon_%d_inventory", *nInventory), float64(anon), "MiB")
+	return fmt.Sprintf("RSS %d MiB as read after a GC (anonymous %d, file-backed %d: the benchmark binary's pages), %d MiB after returning freed memory to the OS, Go heap in use %d MiB; the manager, the benchmark's client and its code in one process",
+		rss, anon, file, after, ms.HeapInuse>>20)
 }
 
 func step(s string) { fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), s) }
@@ -447,7 +545,7 @@ func (b *bench) pushes(n int) ([]time.Duration, error) {
 	if err := b.c.Create(b.ctx, s); err != nil {
 		return nil, err
 	}
-	url := fmt.Sprintf("%s/hook/gitrepository/%s/repo", b.env.ReceiverURL, ns)
+	url := fmt.Sprintf("%s/hook/gitrepository/%s/repo", b.receiverURL, ns)
 	hc := &http.Client{}
 	wait := func(v string, since time.Time) error {
 		for {

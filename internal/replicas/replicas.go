@@ -3,7 +3,8 @@
 // reverse proxy to the API server, so that the requests (and the writes) of
 // each replica are counted apart. The high-availability tests and
 // bench/failover use it to signal real processes (SIGKILL, SIGTERM,
-// SIGSTOP/SIGCONT) and to check what each one sent.
+// SIGSTOP/SIGCONT) and to check what each one sent; bench/gitops runs one
+// manager without a proxy (StartDirect) to time it and read its memory.
 package replicas
 
 import (
@@ -122,7 +123,7 @@ func ObjectWrite(r Request) bool { return r.IsWrite() && !r.IsLease() && !r.IsEv
 type Replica struct {
 	// Name names the replica in logs.
 	Name string
-	// Proxy counts its requests.
+	// Proxy counts its requests (nil after StartDirect).
 	Proxy *Proxy
 	// Cmd is the running process.
 	Cmd *exec.Cmd
@@ -131,11 +132,19 @@ type Replica struct {
 	err  error
 }
 
+// BuildTags are the build tags of the converge binary, as `make build` and
+// the Dockerfile pass them: kustomize_disable_go_plugin_support leaves out
+// kustomize's Go-plugin loader (renders never load plugins), whose
+// "plugin" import makes the linker export every symbol; the dynamic
+// symbol table it adds (about 20 MB) is read by the dynamic loader at
+// start and stays resident (docs/architecture.md, "Memory").
+const BuildTags = "kustomize_disable_go_plugin_support"
+
 // Build compiles the converge binary into dir (from the repository root
-// root) and returns its path.
+// root) as `make build` does and returns its path.
 func Build(ctx context.Context, root, dir string) (string, error) {
 	exe := filepath.Join(dir, "converge")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/converge")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", exe, "./cmd/converge")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building converge: %w\n%s", err, out)
@@ -163,22 +172,34 @@ current-context: c
 		_ = p.Close()
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	r, err := StartDirect(kc, exe, dir, name, args...)
 	if err != nil {
 		_ = p.Close()
 		return nil, err
 	}
-	cmd := exec.Command(exe, append([]string{"run", "--kubeconfig", kc}, args...)...)
+	r.Proxy = p
+	return r, nil
+}
+
+// StartDirect runs exe run with args against the cluster of kubeconfig,
+// with no proxy in between (Proxy is nil): as a user runs it, e.g. for a
+// benchmark that times it or reads its memory. Its output goes to
+// dir/<name>.log.
+func StartDirect(kubeconfig, exe, dir, name string, args ...string) (*Replica, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, append([]string{"run", "--kubeconfig", kubeconfig}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A replica dies with the process that started it (a test binary killed
 	// by its timeout leaves no manager running against a gone API server).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		_ = p.Close()
 		_ = logf.Close()
 		return nil, err
 	}
-	r := &Replica{Name: name, Proxy: p, Cmd: cmd, done: make(chan struct{})}
+	r := &Replica{Name: name, Cmd: cmd, done: make(chan struct{})}
 	go func() {
 		r.err = cmd.Wait()
 		_ = logf.Close()
@@ -204,6 +225,9 @@ func (r *Replica) Stop() error {
 		_ = r.Cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot die
 		_ = r.Cmd.Process.Kill()
 		<-r.done
+	}
+	if r.Proxy == nil {
+		return nil
 	}
 	return r.Proxy.Close()
 }

@@ -92,6 +92,9 @@ type Options struct {
 	SecureMetrics bool
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves net/http/pprof (heap and CPU profiles of the
+	// manager); "" or "0" disables (the default).
+	PprofBindAddress string
 
 	// LeaderElection enables leader election with a Lease.
 	LeaderElection bool
@@ -341,6 +344,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	mopts := ctrl.Options{
 		Scheme:                  scheme,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		PprofBindAddress:        o.PprofBindAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        leaderElectionID(o),
 		LeaderElectionNamespace: o.LeaderElectionNamespace,

@@ -17,6 +17,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -71,11 +72,9 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(t.TempDir(), "converge")
-	build := exec.Command("go", "build", "-o", exe, "./cmd/converge")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building converge: %v\n%s", err, out)
+	exe, err := replicas.Build(t.Context(), root, t.TempDir()) // as `make build` builds it
+	if err != nil {
+		t.Fatal(err)
 	}
 	var ports []string
 	for range 4 {
