@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/converge-dev/converge/internal/setup"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +37,9 @@ type Request struct {
 	Time time.Time
 	// Method and Path are the HTTP method and URL path.
 	Method, Path string
+	// FenceChecked is when the write passed the replica's leader fence (its
+	// setup.FenceCheckedHeader); zero when it carried none.
+	FenceChecked time.Time
 }
 
 // IsWrite reports whether the request changes state.
@@ -90,7 +95,8 @@ func StartProxy(cfg *rest.Config) (*Proxy, error) {
 	}
 	p.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
-		p.log = append(p.log, Request{Time: time.Now(), Method: r.Method, Path: r.URL.Path})
+		checked, _ := time.Parse(time.RFC3339Nano, r.Header.Get(setup.FenceCheckedHeader))
+		p.log = append(p.log, Request{Time: time.Now(), Method: r.Method, Path: r.URL.Path, FenceChecked: checked})
 		p.mu.Unlock()
 		rp.ServeHTTP(w, r)
 	})}

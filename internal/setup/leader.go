@@ -130,6 +130,15 @@ func (f *Fence) Open() bool {
 // (or no longer certainly) the leader.
 var ErrFenced = errors.New("write refused: this replica does not hold a fresh leader Lease (write fence)")
 
+// FenceCheckedHeader carries, on every write that passed the fence, the
+// wall-clock time it passed. A process frozen between that check and the
+// write reaching the socket (microseconds, but SIGSTOP can land there) sends
+// the write when it resumes, possibly after another replica took the Lease:
+// no client-side fence can close that window. The stamp lets a proxy or an
+// audit tell such a write, checked before the freeze, from a write the
+// fence let through late.
+const FenceCheckedHeader = "Converge-Fence-Checked"
+
 // wrap returns rt behind the fence. A write is checked when it reaches the
 // transport (after client-side throttling, where writes queue) and again
 // when it has its connection, right before it is written; a write caught
@@ -155,13 +164,16 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.f.Open() {
 		return nil, refused()
 	}
+	checked := time.Now()
 	ctx, cancel := context.WithCancelCause(req.Context())
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
 		if !t.f.Open() {
 			cancel(refused())
 		}
 	}})
-	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	req = req.Clone(ctx) // a RoundTripper must not change the caller's request
+	req.Header.Set(FenceCheckedHeader, checked.UTC().Format(time.RFC3339Nano))
+	resp, err := t.next.RoundTrip(req)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrFenced) {
 			err = cause
