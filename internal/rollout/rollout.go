@@ -217,6 +217,9 @@ func Status(ctx context.Context, c client.Reader, key client.ObjectKey, w io.Wri
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		d := &workloadsv1alpha1.BasicDeployment{}
 		if err := c.Get(ctx, key, d); err != nil {
+			if deadline(ctx, err) {
+				return false, context.DeadlineExceeded // the timeout, however the client noticed it
+			}
 			return false, fmt.Errorf("getting BasicDeployment %s: %w", key, err)
 		}
 		msg, done, err := statusMessage(d)
@@ -237,6 +240,18 @@ func Status(ctx context.Context, c client.Reader, key client.ObjectKey, w io.Wri
 		return err
 	}
 	return result
+}
+
+// deadline reports whether err is ctx's deadline, however it surfaced: the
+// context's own error, or client-go's rate limiter refusing to wait past the
+// deadline ("rate: Wait(n=1) would exceed context deadline", not wrapped
+// as context.DeadlineExceeded).
+func deadline(ctx context.Context, err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return true
+	}
+	_, has := ctx.Deadline()
+	return has && strings.Contains(err.Error(), "would exceed context deadline")
 }
 
 // statusMessage is kubectl's DeploymentStatusViewer, for BasicDeployments.

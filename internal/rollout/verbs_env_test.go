@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -212,4 +213,26 @@ func (s *safeBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestStatusTimeoutThroughAThrottledClient: when the client's rate limiter
+// gives up because its wait would pass the timeout, the verb still says it
+// timed out (it said "client rate limiter Wait returned an error").
+func TestStatusTimeoutThroughAThrottledClient(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	newDeployment(t, ns, "nginx:1.28")
+	cfg := rest.CopyConfig(env.Config)
+	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, 0.2, 1 // the second GET would wait 5 s
+	c, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	key := client.ObjectKey{Namespace: ns, Name: "web"}
+	// The client's discovery and this read take the bucket's tokens, so
+	// Status's first read would have to wait past its 1 s timeout.
+	g.Expect(c.Get(ctx, key, &workloadsv1alpha1.BasicDeployment{})).To(Succeed())
+	var b bytes.Buffer
+	err = rollout.Status(ctx, c, key, &b, true, time.Second)
+	g.Expect(err).To(MatchError("timed out waiting for the rollout of basicdeployment/web"))
 }
