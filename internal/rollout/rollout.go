@@ -247,7 +247,7 @@ func Status(ctx context.Context, c client.Reader, key client.ObjectKey, w io.Wri
 // deadline ("rate: Wait(n=1) would exceed context deadline", not wrapped
 // as context.DeadlineExceeded).
 func deadline(ctx context.Context, err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return true
 	}
 	_, has := ctx.Deadline()
