@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,7 +35,7 @@ import (
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbdataplane"
 	"github.com/converge-dev/converge/internal/netns"
-	"github.com/converge-dev/converge/internal/version"
+	"github.com/converge-dev/converge/internal/setup"
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes;services;endpoints,verbs=get;list;watch
@@ -136,8 +135,8 @@ func (c *Config) defaults() {
 // before the first "/" as the field manager of a write, so a Lease's
 // managedFields show which client wrote it.
 const (
-	agentUserAgent = "converge-lbagent"
-	leaseUserAgent = "converge-lbagent-leases"
+	agentUserAgent = "lbagent"        // converge-lbagent
+	leaseUserAgent = "lbagent-leases" // converge-lbagent-leases
 )
 
 // withBudget is cfg with a token bucket of its own of qps and burst
@@ -147,7 +146,7 @@ const (
 func withBudget(cfg *rest.Config, qps float32, burst int, ua string) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, qps, burst
-	cfg.UserAgent = fmt.Sprintf("%s/%s (%s/%s)", ua, version.Get(), goruntime.GOOS, goruntime.GOARCH)
+	cfg.UserAgent = setup.UserAgent(ua)
 	return cfg
 }
 
