@@ -5,6 +5,11 @@
 // `git checkout` the package).
 //
 //	go run ./hack/mutate -pkg ./internal/expr [-run REGEXP] [-timeout 2m]
+//	go run ./hack/mutate -pkg ./internal/controller/sync -lines prune.go:42,prune.go:57
+//
+// -lines limits the mutants to the operators on the named lines (a file's
+// base name and a line): the guard lines of a controller whose whole
+// package would take hours.
 //
 // A mutant survives when the tests still pass: a line no test notices.
 // Mutants whose build fails are not counted.
@@ -52,7 +57,14 @@ func main() {
 	pkg := flag.String("pkg", "", "package directory, e.g. ./internal/expr")
 	run := flag.String("run", "", "go test -run regexp (default: every test)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "per-mutant test timeout")
+	lines := flag.String("lines", "", "only these lines: comma-separated FILE:LINE (base name), e.g. phases.go:262")
 	flag.Parse()
+	only := map[string]bool{}
+	for _, l := range strings.Split(*lines, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			only[l] = true
+		}
+	}
 	if *pkg == "" {
 		fmt.Fprintln(os.Stderr, "mutate: -pkg is required")
 		os.Exit(2)
@@ -95,6 +107,9 @@ func main() {
 			return true
 		})
 		for _, b := range sites {
+			if len(only) > 0 && !only[fmt.Sprintf("%s:%d", filepath.Base(path), fset.Position(b.OpPos).Line)] {
+				continue
+			}
 			op := b.Op
 			b.Op = flips[op]
 			var buf bytes.Buffer
