@@ -58,7 +58,14 @@ func main() {
 	run := flag.String("run", "", "go test -run regexp (default: every test)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "per-mutant test timeout")
 	lines := flag.String("lines", "", "only these lines: comma-separated FILE:LINE (base name), e.g. phases.go:262")
+	fileList := flag.String("files", "", "only these files: comma-separated base names, e.g. ident.go,dump.go")
 	flag.Parse()
+	onlyFiles := map[string]bool{}
+	for _, f := range strings.Split(*fileList, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			onlyFiles[f] = true
+		}
+	}
 	only := map[string]bool{}
 	for _, l := range strings.Split(*lines, ",") {
 		if l = strings.TrimSpace(l); l != "" {
@@ -86,6 +93,9 @@ func main() {
 	var killed, survived, broken int
 	for _, path := range files {
 		if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(filepath.Base(path), "zz_generated") {
+			continue
+		}
+		if len(onlyFiles) > 0 && !onlyFiles[filepath.Base(path)] {
 			continue
 		}
 		orig, err := os.ReadFile(path)
