@@ -22,6 +22,11 @@ IMG ?= converge:$(VERSION)
 PKG ?= ./...
 TESTFLAGS ?=
 FUZZTIME ?= 10s
+# Every fuzz target, as PACKAGE:TARGET (test/fuzztargets checks that none is missing).
+FUZZ_TARGETS = ./internal/gitops/render:FuzzConfinedRead ./internal/gitops/render:FuzzConfinedRender \
+	./internal/gitops/render:FuzzDecode ./internal/sqlengine:FuzzValidateIdentifier ./internal/sqlengine:FuzzQuote \
+	./internal/sqlengine:FuzzIdentifierOnServers ./internal/sqlengine:FuzzQuoteOnServers \
+	./internal/dhcp:FuzzHandle ./internal/bmc/ipmi:FuzzDecodePacket ./internal/bmc/ipmi:FuzzServer
 
 .DEFAULT_GOAL := help
 
@@ -78,9 +83,9 @@ test: tools verify lint ## Run every test: verify, lint, unit tests and the cont
 	CONVERGE_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKG)
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for FUZZTIME (default 10s): the confined render file system first (.ci/run calls it).
-	@for t in render:FuzzConfinedRead render:FuzzConfinedRender render:FuzzDecode sqlengine:FuzzValidateIdentifier sqlengine:FuzzQuote dhcp:FuzzHandle ipmi:FuzzDecodePacket ipmi:FuzzServer; do \
-		pkg=$${t%%:*}; name=$${t#*:}; dir=./internal/gitops/$$pkg; [ $$pkg = sqlengine ] && dir=./internal/sqlengine; [ $$pkg = dhcp ] && dir=./internal/dhcp; [ $$pkg = ipmi ] && dir=./internal/bmc/ipmi; \
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s): the confined render file system first (.ci/run calls it). The *OnServers targets fuzz real PostgreSQL and MariaDB.
+	@for t in $(FUZZ_TARGETS); do \
+		dir=$${t%%:*}; name=$${t#*:}; \
 		echo "fuzz: $$name ($$dir, $(FUZZTIME))"; \
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
 	done

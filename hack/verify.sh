@@ -18,3 +18,18 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 echo "verify: generated files are up to date"
+# Every fuzz target in the tree is fuzzed by `make fuzz` (.ci/run): a target
+# missing from FUZZ_TARGETS would only ever run its seeds.
+listed=$(make --no-print-directory -s -f Makefile -f - print-fuzz-targets <<'MK' | tr ' ' '\n' | sed '/^$/d' | sort
+print-fuzz-targets: ; @echo $(FUZZ_TARGETS)
+MK
+)
+found=$(grep -rl --include='*_test.go' '^func Fuzz' internal pkg cmd 2>/dev/null | while read -r f; do
+  for n in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$f"); do echo "./$(dirname "$f"):$n"; done
+done | sort)
+if [ "$listed" != "$found" ]; then
+  echo "verify: FUZZ_TARGETS in the Makefile differs from the fuzz targets in the tree:" >&2
+  diff <(echo "$listed") <(echo "$found") >&2 || true
+  exit 1
+fi
+echo "verify: make fuzz covers every fuzz target"

@@ -2,8 +2,11 @@ package sqlengine_test
 
 import (
 	"database/sql"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 
@@ -13,9 +16,9 @@ import (
 
 // The targets below check the quoting and validation against what the real
 // servers do, not against the package's own inverse. `go test` runs their
-// seeds on both servers. Under -fuzz, TestMain starts no servers (fuzz
-// workers are separate processes; starting servers in each hung the
-// workers), so they skip: fuzzing them for real is not wired yet.
+// seeds on both servers; `make fuzz` fuzzes them: the coordinating process
+// starts the two servers and its fuzz workers (separate processes) connect
+// to them (sqltest.Main).
 
 // pools is shared by every run of a fuzz function in this process.
 var pools sqlengine.Pools
@@ -47,6 +50,9 @@ func FuzzIdentifierOnServers(f *testing.F) {
 		if sqlengine.ValidateIdentifier(s) != nil {
 			return
 		}
+		// Two fuzz workers may try the same name at once; each run owns
+		// the servers' catalogues while it creates and drops.
+		defer exclusive(t)()
 		ctx := t.Context()
 		for name, admin := range adminServers(t) {
 			// A previous crashing input may have left it: start clean.
@@ -126,6 +132,21 @@ func FuzzQuoteOnServers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// exclusive takes a lock shared by every process on this machine (fuzz
+// workers are processes) and returns its release.
+func exclusive(t *testing.T) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "converge-sqlengine-fuzz.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		t.Fatal(err)
+	}
+	return func() { _ = f.Close() } // closing the file releases the lock
 }
 
 var (

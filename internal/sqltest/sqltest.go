@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -396,11 +397,60 @@ func tail(b []byte) string {
 
 var skipReasons = map[sqlengine.Engine]string{}
 
+// serversEnv carries the servers a fuzzing coordinator started to its fuzz
+// workers (separate processes of the same test binary, which inherit its
+// environment), so that every worker uses them instead of starting its own.
+const serversEnv = "CONVERGE_SQLTEST_SERVERS"
+
+// exported is what a worker needs to connect to a server.
+type exported struct {
+	Engine        sqlengine.Engine
+	Host          string
+	Port          int
+	AdminUser     string
+	AdminPassword string
+	CAPEM         []byte
+}
+
+// fuzzWorker reports whether this process is a fuzz worker (`go test
+// -fuzz` starts one per -parallel, with -test.fuzzworker).
+func fuzzWorker() bool {
+	for _, a := range os.Args {
+		if strings.HasPrefix(a, "-test.fuzzworker") {
+			return true
+		}
+	}
+	return false
+}
+
 // Main starts the servers asked for, runs run (normally testenv.Main), and
 // stops them. A server that is not installed is skipped loudly outside CI
 // and fails the suite in CI.
+//
+// Under `go test -fuzz`, the coordinating process starts the servers and
+// passes them to its fuzz workers in the environment; a worker connects to
+// them and neither starts nor stops a server. A worker whose coordinator
+// started none (an old binary, or a server missing outside CI) skips as the
+// coordinator would.
 func Main(run func() int, pg, maria **Server) int {
 	ctx := context.Background() //nolint:forbidigo // TestMain has no test context
+	if fuzzWorker() {
+		var servers []exported
+		if err := json.Unmarshal([]byte(os.Getenv(serversEnv)), &servers); err != nil {
+			fmt.Fprintf(os.Stderr, "sqltest: a fuzz worker without its coordinator's servers (%s): %v\n", serversEnv, err)
+			return 1
+		}
+		for _, e := range servers {
+			s := &Server{Engine: e.Engine, Host: e.Host, Port: e.Port, AdminUser: e.AdminUser, AdminPassword: e.AdminPassword, CAPEM: e.CAPEM}
+			switch {
+			case e.Engine == sqlengine.Postgres && pg != nil:
+				*pg = s
+			case e.Engine == sqlengine.MariaDB && maria != nil:
+				*maria = s
+			}
+		}
+		return run()
+	}
 	start := []struct {
 		e     sqlengine.Engine
 		dst   **Server
@@ -423,6 +473,24 @@ func Main(run func() int, pg, maria **Server) int {
 			return 1
 		}
 		*st.dst = s
+	}
+	var servers []exported
+	for _, s := range []**Server{pg, maria} {
+		if s != nil && *s != nil {
+			v := *s
+			servers = append(servers, exported{v.Engine, v.Host, v.Port, v.AdminUser, v.AdminPassword, v.CAPEM})
+		}
+	}
+	b, err := json.Marshal(servers)
+	if err != nil {
+		stopAll(pg, maria)
+		fmt.Fprintf(os.Stderr, "sqltest: %v\n", err)
+		return 1
+	}
+	if err := os.Setenv(serversEnv, string(b)); err != nil {
+		stopAll(pg, maria)
+		fmt.Fprintf(os.Stderr, "sqltest: %v\n", err)
+		return 1
 	}
 	code := run()
 	stopAll(pg, maria)
