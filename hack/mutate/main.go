@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,19 +59,17 @@ func main() {
 	run := flag.String("run", "", "go test -run regexp (default: every test)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "per-mutant test timeout")
 	lines := flag.String("lines", "", "only these lines: comma-separated FILE:LINE (base name), e.g. phases.go:262")
+	verbose := flag.Bool("v", false, "also print each killed mutant and the tests that failed")
+	also := flag.String("also", "", "more packages whose tests run against each mutant: comma-separated, e.g. ./internal/controller/databasebackup")
 	fileList := flag.String("files", "", "only these files: comma-separated base names, e.g. ident.go,dump.go")
 	flag.Parse()
 	onlyFiles := map[string]bool{}
-	for _, f := range strings.Split(*fileList, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			onlyFiles[f] = true
-		}
+	for _, f := range splitList(*fileList) {
+		onlyFiles[f] = true
 	}
 	only := map[string]bool{}
-	for _, l := range strings.Split(*lines, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			only[l] = true
-		}
+	for _, l := range splitList(*lines) {
+		only[l] = true
 	}
 	if *pkg == "" {
 		fmt.Fprintln(os.Stderr, "mutate: -pkg is required")
@@ -132,7 +131,7 @@ func main() {
 			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 				fail(err)
 			}
-			res := test(*pkg, *run, *timeout)
+			res, by := test(append([]string{*pkg}, splitList(*also)...), *run, *timeout)
 			if err := os.WriteFile(path, orig, 0o644); err != nil { //nolint:gosec // as above
 				fail(err)
 			}
@@ -140,6 +139,9 @@ func main() {
 			switch res {
 			case "killed":
 				killed++
+				if *verbose {
+					fmt.Println("KILLED", where, "by", by)
+				}
 			case "survived":
 				survived++
 				fmt.Println("SURVIVED", where)
@@ -156,24 +158,49 @@ func main() {
 	fmt.Printf("mutate %s: %d of %d mutants killed (%.0f%%), %d did not build\n", *pkg, killed, total, score, broken)
 }
 
-// test runs the package's tests and classifies the mutant.
-func test(pkg, run string, timeout time.Duration) string {
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// failedTest matches a failing top-level test in go test's output.
+var failedTest = regexp.MustCompile(`(?m)^--- FAIL: (\S+)`)
+
+// test runs the packages' tests and classifies the mutant; for a killed
+// one it also says which tests failed (or "timeout").
+func test(pkgs []string, run string, timeout time.Duration) (string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout) //nolint:forbidigo // a command's root context: signals are handled by restore
 	defer cancel()
 	args := []string{"test", "-count=1", "-failfast"}
 	if run != "" {
 		args = append(args, "-run", run)
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err == nil:
-		return "survived"
+		return "survived", ""
 	case bytes.Contains(out, []byte("[build failed]")) || bytes.Contains(out, []byte("[setup failed]")):
-		return "broken"
-	default:
-		return "killed" // a failing test or a timeout
+		return "broken", ""
 	}
+	var by []string
+	for _, m := range failedTest.FindAllSubmatch(out, -1) {
+		by = append(by, string(m[1]))
+	}
+	if ctx.Err() != nil {
+		by = append(by, "timeout")
+	}
+	if len(by) == 0 {
+		by = append(by, "a failing package (no test named)")
+	}
+	return "killed", strings.Join(by, ", ") // a failing test or a timeout
+
 }
 
 func fail(err error) {
