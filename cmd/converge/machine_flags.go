@@ -16,3 +16,11 @@ func addMachineFlags(f *pflag.FlagSet, o *setup.MachineOptions) {
 	f.IntVar(&o.NetbootHTTPPort, "netboot-http-port", o.NetbootHTTPPort, "port of the network boot HTTP server the DHCP agent runs on the server address of each IPPool with networkBoot, inside --machine-netns (default 8069)")
 	f.DurationVar(&o.PowerDownGrace, "machine-power-down-grace", o.PowerDownGrace, "how long a VM gets to power down (ACPI) before QEMU quits (default 30s)")
 }
+
+// addBMCFlags adds the virtual BMCs' flags.
+func addBMCFlags(f *pflag.FlagSet, o *setup.BMCOptions) {
+	f.StringVar(&o.BindAddress, "bmc-bind-address", o.BindAddress, "address the virtual BMCs listen on (IPMI UDP and Redfish HTTPS, a port pair per BMC); in a cluster 0.0.0.0 (default 127.0.0.1)")
+	f.StringVar(&o.AdvertiseAddress, "bmc-advertise-address", o.AdvertiseAddress, "address the BMC endpoints name (with --bmc-expose=Service: the EndpointSlices; in a cluster the Pod IP) and the Redfish certificate carries (default: --bmc-bind-address)")
+	f.StringVar(&o.Netns, "bmc-netns", o.Netns, "network namespace the virtual BMCs listen in (needs root); empty: the manager's own")
+	f.StringVar(&o.Expose, "bmc-expose", o.Expose, "how BMC endpoints are published: Local (the listeners' own addresses) or Service (a Service of the MachineBMC's spec.service.type, in its namespace, pointing at --bmc-advertise-address)")
+}

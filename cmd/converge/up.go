@@ -83,6 +83,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.BoolVar(&o.Manager.LBDefaultClass, "lb-default-class", o.Manager.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	addBudgetFlags(f, &o.Manager)
 	addMachineFlags(f, &o.Manager.Machines)
+	addBMCFlags(f, &o.Manager.BMC)
 	addPKIFlags(f, &o.Manager, "127.0.0.1:8089")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
 	// One user, the admin of the local control plane: Syncs without a

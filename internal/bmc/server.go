@@ -27,10 +27,12 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,7 @@ import (
 
 	"github.com/converge-dev/converge/internal/bmc/ipmi"
 	"github.com/converge-dev/converge/internal/bmc/redfish"
+	"github.com/converge-dev/converge/internal/netns"
 )
 
 // FieldManager is the field manager of the BMCs' writes to Machines.
@@ -77,10 +80,18 @@ type Endpoints struct {
 type Server struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	// Host is the address listeners bind and endpoints name; 127.0.0.1
-	// when empty.
+	// Host is the address listeners bind; 127.0.0.1 when empty.
 	Host string
-	Log  logr.Logger
+	// Advertise is the address the endpoints name and the Redfish
+	// certificate carries (a Pod's IP when Host is 0.0.0.0); Host when
+	// empty.
+	Advertise string
+	// NetNS, when set, is the network namespace (a name under
+	// /var/run/netns) the listeners are opened in, and Dial's: the BMCs
+	// live on that network, not the manager's (`converge up
+	// --machine-netns`, tests).
+	NetNS string
+	Log   logr.Logger
 
 	mu      sync.Mutex
 	ctx     context.Context
@@ -111,7 +122,7 @@ func (s *Server) NeedLeaderElection() bool { return true }
 
 // Start runs until ctx ends, then closes every BMC.
 func (s *Server) Start(ctx context.Context) error {
-	cert, pool, err := selfSigned()
+	cert, pool, err := selfSigned(s.advertise())
 	if err != nil {
 		return err
 	}
@@ -138,6 +149,29 @@ func (s *Server) host() string {
 		return "127.0.0.1"
 	}
 	return s.Host
+}
+
+// AdvertisedAddress is the address the endpoints name and the Redfish
+// certificate carries.
+func (s *Server) AdvertisedAddress() string { return s.advertise() }
+
+func (s *Server) advertise() string {
+	if s.Advertise != "" {
+		return s.Advertise
+	}
+	return s.host()
+}
+
+// Dial connects as a client of the BMCs would from where they listen
+// (inside NetNS when set): the controller's probe uses it.
+func (s *Server) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := netns.Do(s.NetNS, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
 
 // RootCAs trusts the Redfish certificate (the controller's probe uses
@@ -195,9 +229,10 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 	in := &instance{cfg: cfg, cancel: cancel}
 	in.creds.Store(&creds{cfg.User, cfg.Password})
 	in.backend = &machineBackend{srv: s, key: cfg.Machine, creds: &in.creds, bmc: key, ctx: ctx}
-	host := s.host()
+	host, adv := s.host(), s.advertise()
 	if cfg.IPMI {
-		conn, err := listenUDP(host, cfg.IPMIPort)
+		var conn net.PacketConn
+		err := netns.Do(s.NetNS, func() (err error) { conn, err = listenUDP(host, cfg.IPMIPort); return err })
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("listening for IPMI: %w", err)
@@ -206,7 +241,7 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 		sum := sha256.Sum256([]byte(key.String()))
 		in.ipmi = &ipmi.Server{Backend: ipmiBackend{in.backend}, Log: s.Log.WithValues("MachineBMC", key.String())}
 		copy(in.ipmi.GUID[:], sum[:16])
-		in.ep.IPMI = conn.LocalAddr().String()
+		in.ep.IPMI = net.JoinHostPort(adv, strconv.Itoa(conn.LocalAddr().(*net.UDPAddr).Port))
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -216,7 +251,8 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 		}()
 	}
 	if cfg.Redfish {
-		ln, err := listenTCP(host, cfg.RedfishPort)
+		var ln net.Listener
+		err := netns.Do(s.NetNS, func() (err error) { ln, err = listenTCP(host, cfg.RedfishPort); return err })
 		if err != nil {
 			in.stop()
 			return nil, fmt.Errorf("listening for Redfish: %w", err)
@@ -229,9 +265,11 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    64 << 10,
 			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{*s.cert}, MinVersion: tls.VersionTLS12},
-			ErrorLog:          nil,
+			// Handshakes a load balancer's TCP health check cuts short
+			// are not errors worth a line each.
+			ErrorLog: log.New(logWriter{s.Log.V(1).WithValues("MachineBMC", key.String())}, "", 0),
 		}
-		in.ep.Redfish = "https://" + ln.Addr().String()
+		in.ep.Redfish = "https://" + net.JoinHostPort(adv, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 		tln := tls.NewListener(ln, in.https.TLSConfig)
 		s.wg.Add(1)
 		go func() {
@@ -242,6 +280,14 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 		}()
 	}
 	return in, nil
+}
+
+// logWriter writes the HTTP server's log lines to a logr logger.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func (in *instance) stop() {
@@ -275,8 +321,9 @@ func listenTCP(host string, port int) (net.Listener, error) {
 }
 
 // selfSigned makes the Redfish certificate: ECDSA P-256, for 127.0.0.1,
-// ::1 and localhost, a year long, made afresh at every start.
-func selfSigned() (*tls.Certificate, *x509.CertPool, error) {
+// ::1, localhost and the advertised address, a year long, made afresh at
+// every start.
+func selfSigned(advertise string) (*tls.Certificate, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -296,6 +343,9 @@ func selfSigned() (*tls.Certificate, *x509.CertPool, error) {
 		IsCA:                  true,
 		DNSNames:              []string{"localhost"},
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	if ip := net.ParseIP(advertise); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

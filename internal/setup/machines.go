@@ -40,6 +40,26 @@ type MachineOptions struct {
 	NetbootHTTPPort int
 }
 
+// BMCOptions configure the virtual BMCs (the machinebmc controller and its
+// BMC server).
+type BMCOptions struct {
+	// BindAddress is the address the BMCs' listeners bind; 127.0.0.1 when
+	// empty. In a cluster: 0.0.0.0 (with AdvertiseAddress the Pod's IP).
+	BindAddress string
+	// AdvertiseAddress is the address the endpoints (or, with Expose
+	// Service, the EndpointSlices) name and the Redfish certificate
+	// carries; BindAddress when empty.
+	AdvertiseAddress string
+	// Netns, when set, is the network namespace the BMCs listen in (and
+	// the controller probes from).
+	Netns string
+	// Expose is "Local" (publish the listeners' addresses; the default)
+	// or "Service" (a Service of spec.service.type per MachineBMC whose
+	// EndpointSlice names AdvertiseAddress: the mode of a manager in a
+	// cluster).
+	Expose string
+}
+
 // Defaults of the machine stores in a cluster (volumes of the node agent).
 const (
 	DefaultMachineStateDir = "/var/lib/converge/machines"

@@ -1,11 +1,13 @@
 package setup
 
 import (
+	"fmt"
 	"sort"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
 	"github.com/converge-dev/converge/internal/controller/cainjector"
@@ -96,8 +98,17 @@ var controllers = []controller{
 	{name: kwokmachine.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&kwokmachine.Reconciler{}).SetupWithManager(mgr)
 	}},
-	{name: machinebmc.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
-		return (&machinebmc.Reconciler{}).SetupWithManager(mgr)
+	{name: machinebmc.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		b := o.BMC
+		switch machinebmc.Expose(b.Expose) {
+		case "", machinebmc.ExposeLocal, machinebmc.ExposeService:
+		default:
+			return fmt.Errorf("--bmc-expose %q: want Local or Service", b.Expose)
+		}
+		return (&machinebmc.Reconciler{
+			Server: &bmc.Server{Host: b.BindAddress, Advertise: b.AdvertiseAddress, NetNS: b.Netns},
+			Expose: machinebmc.Expose(b.Expose),
+		}).SetupWithManager(mgr)
 	}},
 	{name: machineupgrade.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
 		return (&machineupgrade.Reconciler{}).SetupWithManager(mgr)

@@ -148,6 +148,8 @@ type Options struct {
 
 	// Machines configures the Machine controller and the machine providers.
 	Machines MachineOptions
+	// BMC configures the virtual BMCs.
+	BMC BMCOptions
 	// PKI configures the certificate controllers.
 	PKI PKIOptions
 

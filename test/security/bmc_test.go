@@ -8,14 +8,19 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // A tenant's MachineBMC cannot control another tenant's Machine: the
@@ -128,4 +133,49 @@ func TestBMCIgnoresUnauthenticatedCommands(t *testing.T) {
 		g.Expect(m.Spec.PowerState).To(Equal(machinev1alpha1.PowerOn))
 		g.Expect(m.Spec.BootDevice).To(Equal(machinev1alpha1.BootDisk))
 	}).WithTimeout(time.Second).Should(Succeed())
+}
+
+// A cluster-mode manager publishes each MachineBMC through a Service of
+// spec.service.type with its own rights. A user who may create MachineBMCs
+// but not Services cannot use that to open a NodePort or a load-balancer
+// address: the webhook asks the API server (SubjectAccessReview) whether
+// the requester may create Services in the namespace, on create and when
+// the type changes. ClusterIP stays allowed; a tenant with the right may
+// ask for a LoadBalancer.
+func TestMachineBMCCannotExposeWithoutServiceRights(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	env.InstallTenantRoles(t)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc-operator"}}
+	g.Expect(env.Client.Create(ctx, sa)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc-operator"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "converge-edit"}})).To(Succeed())
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa.Name}
+	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	newBMC := func(name string, typ bmcv1alpha1.ServiceType) *bmcv1alpha1.MachineBMC {
+		return &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: bmcv1alpha1.MachineBMCSpec{
+			MachineRef: bmcv1alpha1.LocalObjectReference{Name: "m"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "m"},
+			Service: bmcv1alpha1.ServiceSpec{Type: typ}}}
+	}
+	for _, typ := range []bmcv1alpha1.ServiceType{bmcv1alpha1.ServiceLoadBalancer, bmcv1alpha1.ServiceNodePort} {
+		err := c.Create(ctx, newBMC("out", typ))
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", typ, err)
+		g.Expect(err.Error()).To(And(ContainSubstring("spec.service.type"), ContainSubstring("may not create Services")))
+	}
+	in := newBMC("in", bmcv1alpha1.ServiceClusterIP)
+	g.Expect(c.Create(ctx, in)).To(Succeed(), "ClusterIP needs no right beyond the MachineBMC's")
+	base := in.DeepCopy()
+	in.Spec.Service.Type = bmcv1alpha1.ServiceLoadBalancer
+	err = c.Patch(ctx, in, client.MergeFrom(base))
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "changing the type to LoadBalancer: %v", err)
+
+	tn := newTenant(t) // may create Services in its namespace
+	b := newBMC("out", bmcv1alpha1.ServiceLoadBalancer)
+	b.Namespace = tn.NS
+	g.Expect(tn.Client.Create(ctx, b)).To(Succeed())
 }

@@ -33,7 +33,19 @@ const (
 	// SecretInvalidReason: the Secret lacks username or password, or they
 	// are too long for IPMI (16 and 20 bytes).
 	SecretInvalidReason = "SecretInvalid"
+	// ServicePendingReason: the manager publishes BMCs through Services
+	// and this one has no address clients can use yet (no load-balancer
+	// address assigned, no Node address for a NodePort).
+	ServicePendingReason = "ServicePending"
+	// ServiceConflictReason: a Service of the name the MachineBMC
+	// publishes through exists and is not the MachineBMC's; it is neither
+	// adopted nor changed.
+	ServiceConflictReason = "ServiceConflict"
 )
+
+// MachineBMCLabel on a MachineBMC's Service and EndpointSlice names the
+// MachineBMC.
+const MachineBMCLabel = "bmc.converge.dev/machinebmc"
 
 // Keys of the credentials Secret.
 const (

@@ -40,9 +40,12 @@ type LocalObjectReference struct {
 
 // ServiceSpec says how the BMC's endpoints are exposed.
 type ServiceSpec struct {
-	// type is ClusterIP (default), NodePort or LoadBalancer. In local mode
-	// (`converge up`) every BMC listens on 127.0.0.1 whatever the type; see
-	// docs/bmc.md for the cluster mode.
+	// type is ClusterIP (default), NodePort or LoadBalancer. A manager in
+	// a cluster (--bmc-expose=Service) publishes the BMC through a Service
+	// of this type named bmc-<name>; NodePort and LoadBalancer need the
+	// right to create Services in the namespace. In local mode (`converge
+	// up`) the BMC's own address and ports are published whatever the
+	// type. See docs/bmc.md.
 	// +optional
 	Type ServiceType `json:"type,omitempty"`
 }

@@ -35,6 +35,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/bmc/ipmi"
+	"github.com/converge-dev/converge/internal/netns"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
@@ -62,6 +63,9 @@ const (
 // +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;create;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // Reconciler reconciles MachineBMCs.
 type Reconciler struct {
@@ -70,6 +74,9 @@ type Reconciler struct {
 	Server *bmc.Server
 	// ReprobeInterval; DefaultReprobeInterval when zero.
 	ReprobeInterval time.Duration
+	// Expose is how the endpoints are published: ExposeLocal (the
+	// default) or ExposeService.
+	Expose Expose
 
 	mu sync.Mutex
 	// probed remembers, per MachineBMC, what its last successful probe saw
@@ -130,6 +137,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A Machine matters when it comes or goes, not at each status change.
 		Watches(&machinev1alpha1.Machine{}, handler.EnqueueRequestsFromMapFunc(byIndex(machineIndex)), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(secretIndex))).
+		// The published Service: its load-balancer address, or someone
+		// else's change of it.
+		Owns(&corev1.Service{}).
 		Complete(r)
 }
 
@@ -139,6 +149,7 @@ type scope struct {
 	machineErr error // nil: found
 	secretErr  error // nil: usable
 	ep         bmc.Endpoints
+	publishErr error
 	probeErr   error
 	probed     bool
 }
@@ -196,11 +207,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		IPMI:     b.Serves(bmcv1alpha1.ProtocolIPMI),
 		Redfish:  b.Serves(bmcv1alpha1.ProtocolRedfish),
 	}
-	cfg.IPMIPort = portOf(b.Status.IPMIEndpoint)
-	cfg.RedfishPort = portOf(b.Status.RedfishEndpoint)
-	ep, err := r.Server.Ensure(req.NamespacedName, cfg)
+	cfg.IPMIPort, cfg.RedfishPort = r.preferredPorts(ctx, b)
+	listening, err := r.Server.Ensure(req.NamespacedName, cfg)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("serving the BMC: %w", err)
+	}
+	ep, err := r.publish(ctx, b, listening)
+	var conflict errServiceConflict
+	var pending errServicePending
+	switch {
+	case errors.As(err, &conflict), errors.As(err, &pending):
+		s.publishErr = err
+		return ctrl.Result{RequeueAfter: probeRetry}, nil // a Service event also brings us back
+	case err != nil:
+		return ctrl.Result{}, err
 	}
 	s.ep = ep
 
@@ -262,7 +282,11 @@ func (r *Reconciler) probe(ctx context.Context, ep bmc.Endpoints, user, password
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if ep.IPMI != "" {
-		c, err := ipmi.Dial(ctx, ep.IPMI, user, password, ipmi.CipherSuite17)
+		var c *ipmi.Client
+		err := netns.Do(r.Server.NetNS, func() (err error) {
+			c, err = ipmi.Dial(ctx, ep.IPMI, user, password, ipmi.CipherSuite17)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("IPMI at %s: %w", ep.IPMI, err)
 		}
@@ -273,7 +297,10 @@ func (r *Reconciler) probe(ctx context.Context, ep bmc.Endpoints, user, password
 		}
 	}
 	if ep.Redfish != "" {
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.Server.RootCAs(), MinVersion: tls.VersionTLS12}}}
+		// Through a Service the address is not the one the certificate
+		// names: verify the BMC server's own (advertised) address.
+		tc := &tls.Config{RootCAs: r.Server.RootCAs(), MinVersion: tls.VersionTLS12, ServerName: r.Server.AdvertisedAddress()}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DialContext: r.Server.Dial}}
 		defer hc.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.Redfish+"/redfish/v1/", nil)
 		if err != nil {

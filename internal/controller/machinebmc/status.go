@@ -34,6 +34,13 @@ func computeStatus(s *scope) {
 		creconcile.MarkFalse(conds, g, bmcv1alpha1.ReadyCondition, bmcv1alpha1.MachineNotFoundReason, "Machine "+b.Spec.MachineRef.Name+" not found")
 	case s.secretErr != nil:
 		creconcile.MarkFalse(conds, g, bmcv1alpha1.ReadyCondition, creconcile.Reason(*conds, bmcv1alpha1.SecretAvailableCondition), s.secretErr.Error())
+	case s.publishErr != nil:
+		reason := bmcv1alpha1.ServicePendingReason
+		var conflict errServiceConflict
+		if errors.As(s.publishErr, &conflict) {
+			reason = bmcv1alpha1.ServiceConflictReason
+		}
+		creconcile.MarkFalse(conds, g, bmcv1alpha1.ReadyCondition, reason, s.publishErr.Error())
 	case s.probeErr != nil:
 		creconcile.MarkFalse(conds, g, bmcv1alpha1.ReadyCondition, bmcv1alpha1.ProbeFailedReason, s.probeErr.Error())
 	case s.probed:
