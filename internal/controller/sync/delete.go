@@ -23,6 +23,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	sy := s.sync
 	s.deleting = true
 	if !controllerutil.ContainsFinalizer(sy, gitopsv1alpha1.SyncFinalizer) {
+		// Done; another finalizer holds the object. A requested reconcile
+		// is handled: there is nothing left to do.
+		if v, ok := sy.Annotations[gitopsv1alpha1.ReconcileRequestAnnotation]; ok {
+			sy.Status.LastHandledReconcileAt = v
+		}
 		return ctrl.Result{}, nil
 	}
 	if sy.Spec.Prune != nil && *sy.Spec.Prune && !sy.Spec.Suspend {

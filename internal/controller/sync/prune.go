@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
@@ -34,7 +35,7 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 		}
 	}
 	sy.Status.PendingPrune = nil
-	if len(stale) == 0 || sy.Spec.Prune == nil || !*sy.Spec.Prune {
+	if len(stale) == 0 || !ptr.Deref(sy.Spec.Prune, false) {
 		for _, ref := range stale {
 			s.st.drop(keyOf(ref))
 		}
