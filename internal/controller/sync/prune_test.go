@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
@@ -67,37 +69,55 @@ func TestPruneLimitHoldsUntilApproved(t *testing.T) {
 	}
 }
 
-// TestPruneNeverDeletesForeignObjects: an object with copied Sync labels but
-// never applied by the Sync is not deleted even when listed in the
-// inventory.
+// TestPruneNeverDeletesForeignObjects: an object removed from git is
+// pruned only if it is still this Sync's: labelled for this Sync (name and
+// namespace) and applied by the Sync field manager. Three impostors stay:
+// b recreated by someone else with the labels copied (an Update), c
+// recreated with the labels copied by someone else's server-side apply,
+// and d, still applied by the Sync, relabelled for the Sync of the same
+// name in another namespace.
 func TestPruneNeverDeletesForeignObjects(t *testing.T) {
 	testenv.Need(t, env)
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	repo, h1, gr := setupRepo(t, ns, map[string]string{"app/a.yaml": configMap("a", nil), "app/b.yaml": configMap("b", nil)})
+	repo, h1, gr := setupRepo(t, ns, map[string]string{"app/a.yaml": configMap("a", nil), "app/b.yaml": configMap("b", nil),
+		"app/c.yaml": configMap("c", nil), "app/d.yaml": configMap("d", nil)})
 	g.Expect(env.Client.Create(t.Context(), newSync(ns, "app", "app", "app", true))).To(Succeed())
 	waitApplied(t, g, ns, "app", h1)
 
-	// Someone replaces b with an object of their own, copying the labels.
 	s := getSync(g, t, ns, "app")
-	suspend(t, g, s, true) // keep the Sync from recreating it meanwhile
+	suspend(t, g, s, true) // keep the Sync from recreating them meanwhile
 	testenv.Eventually(g, func(g Gomega) {
 		s := getSync(g, t, ns, "app")
 		g.Expect(s.Status.ObservedGeneration).To(Equal(s.Generation))
 	}).Should(Succeed())
-	b, err := getCM(t, ns, "b")
+	replace := func(name string) *corev1.ConfigMap {
+		cm, err := getCM(t, ns, name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(env.Client.Delete(t.Context(), cm)).To(Succeed())
+		testenv.Eventually(g, func(g Gomega) {
+			_, err := getCM(t, ns, name)
+			g.Expect(err).To(HaveOccurred())
+		}).Should(Succeed())
+		cm.ResourceVersion, cm.UID, cm.ManagedFields = "", "", nil
+		return cm
+	}
+	g.Expect(env.Client.Create(t.Context(), replace("b"), client.FieldOwner("someone-else"))).To(Succeed())
+	c := replace("c")
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetNamespace(ns)
+	u.SetName("c")
+	u.SetLabels(c.Labels)
+	g.Expect(env.Client.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("kubectl"))).To(Succeed())
+	d, err := getCM(t, ns, "d")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(env.Client.Delete(t.Context(), b)).To(Succeed())
-	testenv.Eventually(g, func(g Gomega) {
-		_, err := getCM(t, ns, "b")
-		g.Expect(err).To(HaveOccurred())
-	}).Should(Succeed())
-	foreign := b.DeepCopy()
-	foreign.ResourceVersion, foreign.UID, foreign.ManagedFields = "", "", nil
-	g.Expect(env.Client.Create(t.Context(), foreign, client.FieldOwner("someone-else"))).To(Succeed())
+	relabel := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, gitopsv1alpha1.SyncNamespaceLabel, "elsewhere")
+	g.Expect(env.Client.Patch(t.Context(), d, client.RawPatch("application/merge-patch+json", relabel), client.FieldOwner("someone-else"))).To(Succeed())
 
-	repo.Delete(t, "remove b", "app/b.yaml")
+	repo.Delete(t, "remove b, c, d", "app/b.yaml", "app/c.yaml", "app/d.yaml")
 	h2 := repo.Commit(t, "touch a", map[string]string{"app/a.yaml": configMap("a", map[string]string{"v": "2"})})
 	requestReconcile(t, gr)
 	testenv.Eventually(g, func(g Gomega) {
@@ -109,8 +129,10 @@ func TestPruneNeverDeletesForeignObjects(t *testing.T) {
 	suspend(t, g, s, false)
 	s = waitApplied(t, g, ns, "app", h2)
 	g.Expect(inventoryNames(s)).To(ConsistOf("ConfigMap/a"))
-	_, err = getCM(t, ns, "b")
-	g.Expect(err).NotTo(HaveOccurred(), "an object this Sync did not apply is never pruned")
+	for _, name := range []string{"b", "c", "d"} {
+		_, err = getCM(t, ns, name)
+		g.Expect(err).NotTo(HaveOccurred(), "%s: an object that is not this Sync's is never pruned", name)
+	}
 }
 
 func suspend(t *testing.T, g Gomega, s *gitopsv1alpha1.Sync, on bool) {
