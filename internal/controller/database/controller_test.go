@@ -5,11 +5,13 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -42,7 +44,15 @@ func TestProvisionOnBothEnginesWithOneSpec(t *testing.T) {
 			g.Expect(d.Status.Engine).To(Equal(e.name))
 			g.Expect(d.Status.AtProvider.Exists).To(BeTrue())
 			g.Expect(d.Status.AtProvider.Owner).To(Equal("orders_owner"))
-			g.Expect(d.Finalizers).To(ContainElement(sqlv1alpha1.DatabaseFinalizer))
+			g.Expect(d.Finalizers).To(Equal([]string{sqlv1alpha1.DatabaseFinalizer}))
+			// Later passes (a label change brings one) keep one finalizer:
+			// it is added only to a live Database that lacks it.
+			g.Expect(env.Client.Patch(t.Context(), d, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"pass":"2"}}}`)))).To(Succeed())
+			g.Consistently(func(g Gomega) {
+				cur := &sqlv1alpha1.Database{}
+				g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), cur)).To(Succeed())
+				g.Expect(cur.Finalizers).To(Equal([]string{sqlv1alpha1.DatabaseFinalizer}))
+			}).WithTimeout(2 * time.Second).Should(Succeed())
 
 			sec := connectionSecret(t, d)
 			g.Expect(sec).To(HaveKeyWithValue("host", "127.0.0.1"))
