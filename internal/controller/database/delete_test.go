@@ -210,3 +210,29 @@ func TestInstanceNotReadyWaits(t *testing.T) {
 	g.Expect(env.Tenant.Patch(ctx, sec, client.MergeFrom(base))).To(Succeed())
 	waitReady(t, d)
 }
+
+// TestDeleteKeepsARoleMarkedForAnother: with deletionPolicy Delete the
+// database this Database created is dropped, but its owner role, whose
+// marker someone changed to name another Database, is kept (it is not
+// privileged: the marker alone decides) and a NotOwned Warning names it.
+func TestDeleteKeepsARoleMarkedForAnother(t *testing.T) {
+	testenv.Need(t, env)
+	e := engines()[0]
+	sqltest.Need(t, e.srv, sqlengine.Postgres)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	createInstance(t, e, ns, "server", 0)
+	d := newDatabase(ns, "remarked", e.kind, "server")
+	d.Spec.DeletionPolicy = sqlv1alpha1.DeletionDelete
+	g.Expect(env.Tenant.Create(ctx, d)).To(Succeed())
+	waitReady(t, d)
+	other := sqlengine.Claim{UID: "00000000-0000-0000-0000-000000000001", Namespace: "elsewhere", Name: "other"}
+	e.srv.Exec(t, "", "COMMENT ON ROLE remarked_owner IS '"+other.String()+"'")
+	defer e.srv.Exec(t, "", "DROP ROLE IF EXISTS remarked_owner")
+	g.Expect(env.Tenant.Delete(ctx, d)).To(Succeed())
+	waitGone(t, d)
+	g.Expect(dbExists(t, e.srv, "remarked")).To(BeFalse(), "the database it created is dropped")
+	g.Expect(roleExists(t, e.srv, "remarked_owner")).To(BeTrue(), "a role marked for another Database was dropped")
+	g.Expect(hasEvent(t, ns, "NotOwned", `role "remarked_owner"`)).To(BeTrue())
+}
