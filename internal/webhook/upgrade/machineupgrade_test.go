@@ -2,17 +2,18 @@ package upgrade_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
@@ -26,27 +27,39 @@ func upgrade(name, pool string) *upgradev1alpha1.MachineUpgrade {
 		Spec: upgradev1alpha1.MachineUpgradeSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": pool}}, Image: "img", Version: "v2"}}
 }
 
-func machines(pool string, n int) []client.Object {
-	var out []client.Object
+func machines(pool string, n int) []machinev1alpha1.Machine {
+	var out []machinev1alpha1.Machine
 	for i := range n {
-		out = append(out, &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("%s-%d", pool, i), Labels: map[string]string{"pool": pool}}})
+		out = append(out, machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("%s-%d", pool, i), Labels: map[string]string{"pool": pool}}})
 	}
 	return out
 }
 
-func newScheme(t *testing.T) *runtime.Scheme {
+// unreachable is a real client whose API server is gone: every request
+// fails to connect.
+func unreachable(t *testing.T) client.Reader {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "http://" + l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	s := runtime.NewScheme()
 	if err := upgradev1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	if err := machinev1alpha1.AddToScheme(s); err != nil {
+	c, err := client.New(&rest.Config{Host: host}, client.Options{Scheme: s})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return c
 }
 
 // TestValidateSpec: the selector must parse and select something, and
-// every check must compile; each refusal names the field.
+// every check must compile; each refusal names the field, and the webhook
+// refuses such a MachineUpgrade before it lists anything.
 func TestValidateSpec(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -73,12 +86,15 @@ func TestValidateSpec(t *testing.T) {
 			g := NewWithT(t)
 			u := upgrade("u", "a")
 			tt.mutate(&u.Spec)
-			w := webhookupgrade.MachineUpgrade{Reader: fake.NewClientBuilder().WithScheme(newScheme(t)).Build()}
-			_, err := w.ValidateCreate(context.Background(), u)
+			errs := webhookupgrade.ValidateSpec(&u.Spec, field.NewPath("spec"))
 			if tt.want == "" {
-				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(errs).To(BeEmpty())
 				return
 			}
+			g.Expect(errs.ToAggregate()).To(MatchError(ContainSubstring(tt.want)))
+			// Refused before any list: the webhook has no Reader here.
+			_, err := webhookupgrade.MachineUpgrade{}.ValidateCreate(context.Background(), u)
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue())
 			g.Expect(err).To(MatchError(ContainSubstring(tt.want)))
 		})
 	}
@@ -101,40 +117,44 @@ func TestOverlap(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		others []client.Object
+		others []*upgradev1alpha1.MachineUpgrade
 		want   string // empty: valid
 	}{
 		{"no other", nil, ""},
-		{"other pool", []client.Object{upgrade("o", "b")}, ""},
-		{"pending", []client.Object{upgrade("o", "a")}, "spec.selector: Forbidden: MachineUpgrade o (phase Pending) already upgrades Machine(s) a-0, a-1; wait"},
-		{"upgrading", []client.Object{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) { u.Status.Phase = upgradev1alpha1.PhaseUpgrading })}, "(phase Upgrading)"},
-		{"failed", []client.Object{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) { u.Status.Phase = upgradev1alpha1.PhaseFailed })}, "(phase Failed)"},
-		{"succeeded", []client.Object{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) { u.Status.Phase = upgradev1alpha1.PhaseSucceeded })}, ""},
-		{"being deleted", []client.Object{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
+		{"other pool", []*upgradev1alpha1.MachineUpgrade{upgrade("o", "b")}, ""},
+		{"pending", []*upgradev1alpha1.MachineUpgrade{upgrade("o", "a")}, "spec.selector: Forbidden: MachineUpgrade o (phase Pending) already upgrades Machine(s) a-0, a-1; wait"},
+		{"upgrading", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) { u.Status.Phase = upgradev1alpha1.PhaseUpgrading })}, "(phase Upgrading)"},
+		{"failed", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) { u.Status.Phase = upgradev1alpha1.PhaseFailed })}, "(phase Failed)"},
+		{"succeeded", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) { u.Status.Phase = upgradev1alpha1.PhaseSucceeded })}, ""},
+		{"being deleted", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
 			u.DeletionTimestamp, u.Finalizers = &t0, []string{"x"}
 		})}, ""},
-		{"itself", []client.Object{upgrade("u", "a")}, ""},
-		{"unparseable selector", []client.Object{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
+		{"itself", []*upgradev1alpha1.MachineUpgrade{upgrade("u", "a")}, ""},
+		{"unparseable selector", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
 			u.Spec.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}
 		})}, ""},
-		{"status lists the Machine", []client.Object{with(upgrade("o", "b"), listing("a-1"))}, "already upgrades Machine(s) a-1;"},
-		{"status lists other Machines", []client.Object{with(upgrade("o", "a"), listing("b-0"))}, ""},
-		{"oldest first", []client.Object{upgrade("z", "a"), with(upgrade("b", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
+		{"status lists the Machine", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "b"), listing("a-1"))}, "already upgrades Machine(s) a-1;"},
+		{"status lists other Machines", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), listing("b-0"))}, ""},
+		{"oldest first", []*upgradev1alpha1.MachineUpgrade{upgrade("z", "a"), with(upgrade("b", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
 			u.CreationTimestamp = metav1.NewTime(t0.Add(time.Minute))
 		})}, "MachineUpgrade z "},
-		{"then by name", []client.Object{upgrade("z", "a"), upgrade("b", "a")}, "MachineUpgrade b "},
+		{"then by name", []*upgradev1alpha1.MachineUpgrade{upgrade("z", "a"), upgrade("b", "a")}, "MachineUpgrade b "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			objs := append(machines("a", 2), machines("b", 1)...)
-			r := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(append(objs, tt.others...)...).Build()
-			_, err := webhookupgrade.MachineUpgrade{Reader: r}.ValidateCreate(context.Background(), upgrade("u", "a"))
+			var others []upgradev1alpha1.MachineUpgrade
+			for _, o := range tt.others {
+				others = append(others, *o)
+			}
+			// a-0 and a-1: the Machines u (pool a) selects.
+			errs := webhookupgrade.Overlap(upgrade("u", "a"), others, machines("a", 2))
 			if tt.want == "" {
-				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(errs).To(BeEmpty())
 				return
 			}
-			g.Expect(err).To(MatchError(ContainSubstring(tt.want)))
+			g.Expect(errs).To(HaveLen(1))
+			g.Expect(errs.ToAggregate()).To(MatchError(ContainSubstring(tt.want)))
 		})
 	}
 }
@@ -143,30 +163,18 @@ func TestOverlap(t *testing.T) {
 // counts the rest.
 func TestOverlapNamesFiveMachines(t *testing.T) {
 	g := NewWithT(t)
-	objs := append(machines("a", 7), upgrade("o", "a"))
-	r := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(objs...).Build()
-	_, err := webhookupgrade.MachineUpgrade{Reader: r}.ValidateCreate(context.Background(), upgrade("u", "a"))
-	g.Expect(err).To(MatchError(ContainSubstring("Machine(s) a-0, a-1, a-2, a-3, a-4, and 2 more;")))
+	errs := webhookupgrade.Overlap(upgrade("u", "a"), []upgradev1alpha1.MachineUpgrade{*upgrade("o", "a")}, machines("a", 7))
+	g.Expect(errs.ToAggregate()).To(MatchError(ContainSubstring("Machine(s) a-0, a-1, a-2, a-3, a-4, and 2 more;")))
 }
 
-// TestOverlapListFails: a failed list of the upgrades or of the Machines
-// is an error, not an admission.
+// TestOverlapListFails: when the MachineUpgrades cannot be listed (the
+// API server is unreachable) the creation is refused with an error, not
+// admitted.
 func TestOverlapListFails(t *testing.T) {
-	for _, failing := range []client.ObjectList{&upgradev1alpha1.MachineUpgradeList{}, &machinev1alpha1.MachineList{}} {
-		t.Run(fmt.Sprintf("%T", failing), func(t *testing.T) {
-			g := NewWithT(t)
-			r := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(upgrade("o", "b")).WithInterceptorFuncs(interceptor.Funcs{
-				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-					if fmt.Sprintf("%T", list) == fmt.Sprintf("%T", failing) {
-						return errors.New("down")
-					}
-					return c.List(ctx, list, opts...)
-				},
-			}).Build()
-			_, err := webhookupgrade.MachineUpgrade{Reader: r}.ValidateCreate(context.Background(), upgrade("u", "a"))
-			g.Expect(err).To(MatchError(ContainSubstring("checking for overlapping MachineUpgrades: down")))
-		})
-	}
+	g := NewWithT(t)
+	_, err := webhookupgrade.MachineUpgrade{Reader: unreachable(t)}.ValidateCreate(context.Background(), upgrade("u", "a"))
+	g.Expect(err).To(MatchError(ContainSubstring("checking for overlapping MachineUpgrades: ")))
+	g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
 }
 
 // TestValidateUpdate: selector, image and version are immutable and an
