@@ -59,22 +59,32 @@ func (w IPPool) validate(ctx context.Context, p *dhcpv1alpha1.IPPool) error {
 		if err := w.Reader.List(ctx, &list); err != nil {
 			return apierrors.NewInternalError(fmt.Errorf("listing IPPools: %w", err))
 		}
-		for i := range list.Items {
-			o := &list.Items[i]
-			if (o.Namespace == p.Namespace && o.Name == p.Name) || o.Spec.NetworkName != p.Spec.NetworkName {
-				continue
-			}
-			op, oerrs := ippool.Parse(&o.Spec, field.NewPath("spec"))
-			if len(oerrs) > 0 {
-				continue
-			}
-			if ippool.Overlaps(parsed, op) {
-				errs = append(errs, field.Invalid(field.NewPath("spec", "ipv4Config", "cidr"), p.Spec.IPv4Config.CIDR,
-					fmt.Sprintf("overlaps %s of IPPool %s/%s on network %q", o.Spec.IPv4Config.CIDR, o.Namespace, o.Name, o.Spec.NetworkName)))
-			}
-		}
+		errs = overlapping(p, parsed, list.Items)
 	}
 	return toStatus("IPPool", p.Name, errs)
+}
+
+// overlapping refuses p, whose spec parsed to parsed, naming
+// spec.ipv4Config.cidr once per pool of existing (the IPPools of every
+// namespace) on the same network whose CIDR overlaps it; p itself and
+// pools that do not parse are not counted.
+func overlapping(p *dhcpv1alpha1.IPPool, parsed *ippool.Pool, existing []dhcpv1alpha1.IPPool) field.ErrorList {
+	var errs field.ErrorList
+	for i := range existing {
+		o := &existing[i]
+		if (o.Namespace == p.Namespace && o.Name == p.Name) || o.Spec.NetworkName != p.Spec.NetworkName {
+			continue
+		}
+		op, oerrs := ippool.Parse(&o.Spec, field.NewPath("spec"))
+		if len(oerrs) > 0 {
+			continue
+		}
+		if ippool.Overlaps(parsed, op) {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "ipv4Config", "cidr"), p.Spec.IPv4Config.CIDR,
+				fmt.Sprintf("overlaps %s of IPPool %s/%s on network %q", o.Spec.IPv4Config.CIDR, o.Namespace, o.Name, o.Spec.NetworkName)))
+		}
+	}
+	return errs
 }
 
 // MachineNetworkConfig validates MachineNetworkConfigs.

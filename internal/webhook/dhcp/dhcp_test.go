@@ -68,9 +68,10 @@ func TestMNCSpec(t *testing.T) {
 		{NetworkName: "lan", MACAddress: "02:00:00:00:00:02", IPAddress: "10.0.0.5"},
 		{NetworkName: "wan", MACAddress: "02:00:00:00:00:03", IPAddress: "10.0.0.5"},
 		{NetworkName: "wan", MACAddress: "02:00:00:00:00:04", IPAddress: "fd00::1"},
+		{NetworkName: "wan", MACAddress: "0b:00:00:00:00:05"},
 	}}
 	msg := ValidateMNCSpec(&spec, field.NewPath("spec")).ToAggregate().Error()
-	for _, want := range []string{"spec.networkConfigs[0].macAddress", "spec.networkConfigs[2].ipAddress", "spec.networkConfigs[3].ipAddress"} {
+	for _, want := range []string{"spec.networkConfigs[0].macAddress", "spec.networkConfigs[2].ipAddress", "spec.networkConfigs[3].ipAddress", "spec.networkConfigs[4].macAddress"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q does not mention %s", msg, want)
 		}

@@ -53,35 +53,45 @@ func (IPAddressPool) ValidateDelete(context.Context, *lbv1alpha1.IPAddressPool) 
 func (w IPAddressPool) validate(ctx context.Context, p *lbv1alpha1.IPAddressPool) error {
 	errs := ValidatePoolSpec(&p.Spec, field.NewPath("spec"))
 	if len(errs) == 0 {
-		rs, _ := lbipam.ParseAddresses(p.Spec.Addresses)
-		fp := field.NewPath("spec", "addresses")
-		for _, a := range p.Status.Assignments {
-			ip, err := netip.ParseAddr(a.Address)
-			if err == nil && !lbipam.Usable(rs, p.Spec.AvoidBuggyIPs, ip) {
-				errs = append(errs, field.Invalid(fp, p.Spec.Addresses,
-					fmt.Sprintf("would drop address %s assigned to Service %s/%s; move or delete that Service first", a.Address, a.Service.Namespace, a.Service.Name)))
-			}
-		}
 		var list lbv1alpha1.IPAddressPoolList
 		if err := w.Reader.List(ctx, &list); err != nil {
 			return apierrors.NewInternalError(fmt.Errorf("listing IPAddressPools: %w", err))
 		}
-		for i := range list.Items {
-			o := &list.Items[i]
-			if o.Name == p.Name {
-				continue
-			}
-			ors, err := lbipam.ParseAddresses(o.Spec.Addresses)
-			if err != nil {
-				continue
-			}
-			if x, y, ok := lbipam.Overlap(rs, ors); ok {
-				errs = append(errs, field.Invalid(fp, p.Spec.Addresses,
-					fmt.Sprintf("%s overlaps %s of IPAddressPool %q", x, y, o.Name)))
-			}
-		}
+		errs = ValidateAddresses(p, list.Items)
 	}
 	return toStatus("IPAddressPool", p.Name, errs)
+}
+
+// ValidateAddresses checks p, whose spec is valid, against its own
+// assignments and existing (every IPAddressPool): an assigned address that
+// the new addresses no longer make usable, and an overlap with another
+// pool's parsable addresses, are refused naming spec.addresses.
+func ValidateAddresses(p *lbv1alpha1.IPAddressPool, existing []lbv1alpha1.IPAddressPool) field.ErrorList {
+	var errs field.ErrorList
+	rs, _ := lbipam.ParseAddresses(p.Spec.Addresses)
+	fp := field.NewPath("spec", "addresses")
+	for _, a := range p.Status.Assignments {
+		ip, err := netip.ParseAddr(a.Address)
+		if err == nil && !lbipam.Usable(rs, p.Spec.AvoidBuggyIPs, ip) {
+			errs = append(errs, field.Invalid(fp, p.Spec.Addresses,
+				fmt.Sprintf("would drop address %s assigned to Service %s/%s; move or delete that Service first", a.Address, a.Service.Namespace, a.Service.Name)))
+		}
+	}
+	for i := range existing {
+		o := &existing[i]
+		if o.Name == p.Name {
+			continue
+		}
+		ors, err := lbipam.ParseAddresses(o.Spec.Addresses)
+		if err != nil {
+			continue
+		}
+		if x, y, ok := lbipam.Overlap(rs, ors); ok {
+			errs = append(errs, field.Invalid(fp, p.Spec.Addresses,
+				fmt.Sprintf("%s overlaps %s of IPAddressPool %q", x, y, o.Name)))
+		}
+	}
+	return errs
 }
 
 // ValidatePoolSpec checks what the schema cannot: parsable, non-overlapping

@@ -1,6 +1,13 @@
 package pki_test
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"testing"
 	"time"
 
@@ -76,4 +83,142 @@ func TestValidateIssuer(t *testing.T) {
 	g.Expect(errs).To(HaveLen(2))
 	g.Expect(errs[0].Field).To(Equal("spec.acme.server"))
 	g.Expect(errs[1].Field).To(Equal("spec.acme.email"))
+}
+
+// TestValidateCertificateSANs: URIs, email addresses, renewBefore and the
+// key encoding, each refused or accepted on its own.
+func TestValidateCertificateSANs(t *testing.T) {
+	valid := func() pkiv1alpha1.CertificateSpec {
+		return pkiv1alpha1.CertificateSpec{SecretName: "web-tls", DNSNames: []string{"web.example.com"}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(s *pkiv1alpha1.CertificateSpec)
+		field  string
+	}{
+		{"absolute URI", func(s *pkiv1alpha1.CertificateSpec) { s.URIs = []string{"spiffe://example.com/web"} }, ""},
+		{"relative URI", func(s *pkiv1alpha1.CertificateSpec) { s.URIs = []string{"web/path"} }, "spec.uris[0]"},
+		{"unparseable URI", func(s *pkiv1alpha1.CertificateSpec) { s.URIs = []string{"http://[::1"} }, "spec.uris[0]"},
+		{"email address", func(s *pkiv1alpha1.CertificateSpec) { s.EmailAddresses = []string{"ops@example.com"} }, ""},
+		{"email with a display name", func(s *pkiv1alpha1.CertificateSpec) { s.EmailAddresses = []string{"Ops <ops@example.com>"} }, "spec.emailAddresses[0]"},
+		{"renewBefore within duration", func(s *pkiv1alpha1.CertificateSpec) { s.RenewBefore = &metav1.Duration{Duration: time.Hour} }, ""},
+		{"renewBefore zero", func(s *pkiv1alpha1.CertificateSpec) { s.RenewBefore = &metav1.Duration{} }, "spec.renewBefore"},
+		{"RSA PKCS1", func(s *pkiv1alpha1.CertificateSpec) {
+			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "RSA", Size: 2048, Encoding: "PKCS1"}
+		}, ""},
+		{"Ed25519 PKCS8", func(s *pkiv1alpha1.CertificateSpec) {
+			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "Ed25519", Encoding: "PKCS8"}
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s := valid()
+			tt.mutate(&s)
+			errs := webhookpki.Certificate{}.ValidateSpec(&s, field.NewPath("spec"))
+			if tt.field == "" {
+				g.Expect(errs).To(BeEmpty())
+				return
+			}
+			g.Expect(errs).NotTo(BeEmpty())
+			g.Expect(errs[0].Field).To(Equal(tt.field), errs.ToAggregate().Error())
+		})
+	}
+}
+
+// TestDefaultCertificate: built-in references get the group and the kind;
+// cert-manager's group maps to the built-in one; external ones are kept.
+func TestDefaultCertificate(t *testing.T) {
+	tests := []struct {
+		name        string
+		ref         pkiv1alpha1.IssuerReference
+		group, kind string
+	}{
+		{"empty", pkiv1alpha1.IssuerReference{Name: "ca"}, pkiv1alpha1.GroupVersion.Group, "Issuer"},
+		{"cert-manager", pkiv1alpha1.IssuerReference{Name: "ca", Group: webhookpki.CertManagerGroup, Kind: "ClusterIssuer"}, pkiv1alpha1.GroupVersion.Group, "ClusterIssuer"},
+		{"external", pkiv1alpha1.IssuerReference{Name: "v", Group: "example.com"}, "example.com", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := &pkiv1alpha1.Certificate{Spec: pkiv1alpha1.CertificateSpec{IssuerRef: tt.ref}}
+			g.Expect(webhookpki.Certificate{}.Default(context.Background(), c)).To(Succeed())
+			g.Expect(c.Spec.IssuerRef.Group).To(Equal(tt.group))
+			g.Expect(c.Spec.IssuerRef.Kind).To(Equal(tt.kind))
+		})
+	}
+}
+
+// TestValidateIssuerACME: a valid ACME issuer passes; the server needs an
+// http(s) scheme and a host; every solver needs http01.
+func TestValidateIssuerACME(t *testing.T) {
+	valid := func() pkiv1alpha1.IssuerSpec {
+		return pkiv1alpha1.IssuerSpec{ACME: &pkiv1alpha1.ACMEIssuer{Server: "https://acme.example.com/directory", Email: "ops@example.com",
+			PrivateKeySecretRef: pkiv1alpha1.SecretKeySelector{Name: "acme-key"},
+			Solvers:             []pkiv1alpha1.ACMESolver{{HTTP01: &pkiv1alpha1.ACMEHTTP01Solver{}}}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(s *pkiv1alpha1.IssuerSpec)
+		field  string
+	}{
+		{"valid", func(*pkiv1alpha1.IssuerSpec) {}, ""},
+		{"http server", func(s *pkiv1alpha1.IssuerSpec) { s.ACME.Server = "http://acme.example.com/directory" }, ""},
+		{"server without host", func(s *pkiv1alpha1.IssuerSpec) { s.ACME.Server = "https:///directory" }, "spec.acme.server"},
+		{"solver without http01", func(s *pkiv1alpha1.IssuerSpec) { s.ACME.Solvers = append(s.ACME.Solvers, pkiv1alpha1.ACMESolver{}) }, "spec.acme.solvers[1].http01"},
+		{"CA and ACME", func(s *pkiv1alpha1.IssuerSpec) { s.CA = &pkiv1alpha1.CAIssuer{SecretName: "ca"} }, "spec"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s := valid()
+			tt.mutate(&s)
+			errs := webhookpki.ValidateIssuerSpec(&s, field.NewPath("spec"))
+			if tt.field == "" {
+				g.Expect(errs).To(BeEmpty())
+				return
+			}
+			g.Expect(errs).NotTo(BeEmpty())
+			g.Expect(errs[0].Field).To(Equal(tt.field), errs.ToAggregate().Error())
+		})
+	}
+}
+
+// TestValidateCertificateRequest: a signed CSR passes, anything else is
+// refused naming spec.request; the spec is immutable.
+func TestValidateCertificateRequest(t *testing.T) {
+	g := NewWithT(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "web"}}, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	ctx := context.Background()
+	w := webhookpki.CertificateRequest{}
+	cr := &pkiv1alpha1.CertificateRequest{Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}}
+	_, err = w.ValidateCreate(ctx, cr)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = w.ValidateUpdate(ctx, cr, cr.DeepCopy())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	bad := cr.DeepCopy()
+	bad.Spec.Request = []byte("not a CSR")
+	_, err = w.ValidateCreate(ctx, bad)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.request")))
+	_, err = w.ValidateUpdate(ctx, cr, bad)
+	g.Expect(err).To(MatchError(ContainSubstring("spec: Forbidden")))
+}
+
+// TestValidateCertificateObject: the object webhooks return nil for a valid
+// Certificate and an Invalid status naming the field otherwise.
+func TestValidateCertificateObject(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	c := &pkiv1alpha1.Certificate{Spec: pkiv1alpha1.CertificateSpec{SecretName: "web-tls", DNSNames: []string{"web.example.com"}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}}
+	_, err := webhookpki.Certificate{}.ValidateCreate(ctx, c)
+	g.Expect(err).NotTo(HaveOccurred())
+	bad := c.DeepCopy()
+	bad.Spec.SecretName = "Web_TLS"
+	_, err = webhookpki.Certificate{}.ValidateUpdate(ctx, c, bad)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.secretName")))
 }

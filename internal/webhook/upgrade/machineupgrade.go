@@ -10,6 +10,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -51,13 +52,11 @@ func (w MachineUpgrade) ValidateCreate(ctx context.Context, u *upgradev1alpha1.M
 	p := field.NewPath("spec")
 	errs := ValidateSpec(&u.Spec, p)
 	if len(errs) == 0 {
-		overlap, err := w.overlap(ctx, u)
+		others, ms, err := w.list(ctx, u)
 		if err != nil {
 			return nil, fmt.Errorf("checking for overlapping MachineUpgrades: %w", err)
 		}
-		if overlap != "" {
-			errs = append(errs, field.Forbidden(p.Child("selector"), overlap))
-		}
+		errs = append(errs, Overlap(u, others, ms)...)
 	}
 	return nil, toStatus(u.Name, errs)
 }
@@ -111,33 +110,51 @@ func ValidateSpec(spec *upgradev1alpha1.MachineUpgradeSpec, p *field.Path) field
 	return errs
 }
 
-// overlap names the first unfinished MachineUpgrade of u's namespace that
-// selects a Machine u selects, or returns "".
-func (w MachineUpgrade) overlap(ctx context.Context, u *upgradev1alpha1.MachineUpgrade) (string, error) {
+// list returns the MachineUpgrades of u's namespace and, when there are
+// any, the Machines of the namespace that u selects.
+func (w MachineUpgrade) list(ctx context.Context, u *upgradev1alpha1.MachineUpgrade) ([]upgradev1alpha1.MachineUpgrade, []machinev1alpha1.Machine, error) {
 	others := &upgradev1alpha1.MachineUpgradeList{}
 	if err := w.Reader.List(ctx, others, client.InNamespace(u.Namespace)); err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	if len(others.Items) == 0 {
-		return "", nil
+		return nil, nil, nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&u.Spec.Selector)
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	ms := &machinev1alpha1.MachineList{}
 	if err := w.Reader.List(ctx, ms, client.InNamespace(u.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return "", err
+		return nil, nil, err
 	}
-	sort.Slice(others.Items, func(i, j int) bool {
-		a, b := others.Items[i], others.Items[j]
+	return others.Items, ms.Items, nil
+}
+
+// Overlap refuses u, naming spec.selector, when it overlaps another
+// MachineUpgrade: others are the MachineUpgrades of u's namespace and ms
+// the Machines u selects (as listed by the webhook).
+func Overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.MachineUpgrade, ms []machinev1alpha1.Machine) field.ErrorList {
+	if msg := overlap(u, others, ms); msg != "" {
+		return field.ErrorList{field.Forbidden(field.NewPath("spec", "selector"), msg)}
+	}
+	return nil
+}
+
+// overlap names the first unfinished MachineUpgrade of others (oldest
+// first, then by name; u itself is skipped) that selects one of ms, or
+// lists it in its status, or returns "". It sorts a copy of others.
+func overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.MachineUpgrade, ms []machinev1alpha1.Machine) string {
+	others = slices.Clone(others)
+	sort.Slice(others, func(i, j int) bool {
+		a, b := others[i], others[j]
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			return a.CreationTimestamp.Before(&b.CreationTimestamp)
 		}
 		return a.Name < b.Name
 	})
-	for i := range others.Items {
-		o := &others.Items[i]
+	for i := range others {
+		o := &others[i]
 		if o.Name == u.Name || o.Finished() || !o.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -146,7 +163,7 @@ func (w MachineUpgrade) overlap(ctx context.Context, u *upgradev1alpha1.MachineU
 			continue
 		}
 		var shared []string
-		for _, m := range ms.Items {
+		for _, m := range ms {
 			if o.Status.Machine(m.Name) != nil || (len(o.Status.Machines) == 0 && osel.Matches(labels.Set(m.Labels))) {
 				shared = append(shared, m.Name)
 			}
@@ -156,10 +173,10 @@ func (w MachineUpgrade) overlap(ctx context.Context, u *upgradev1alpha1.MachineU
 				shared = append(shared[:5], fmt.Sprintf("and %d more", len(shared)-5))
 			}
 			return fmt.Sprintf("MachineUpgrade %s (phase %s) already upgrades Machine(s) %s; wait for it to finish, or abort it",
-				o.Name, orPending(o.Status.Phase), strings.Join(shared, ", ")), nil
+				o.Name, orPending(o.Status.Phase), strings.Join(shared, ", "))
 		}
 	}
-	return "", nil
+	return ""
 }
 
 func orPending(p upgradev1alpha1.UpgradePhase) string {
