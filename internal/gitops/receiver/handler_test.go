@@ -62,6 +62,10 @@ func TestUnverifiedRequestsCauseNoAPIRequest(t *testing.T) {
 		{"unknown namespace", base + "/hook/gitrepository/kube-system/app", body, []string{"X-Hub-Signature-256", good}, http.StatusNotFound},
 		{"GitRepository without the annotation", base + "/hook/gitrepository/" + repo.Namespace + "/plain", body, []string{"X-Hub-Signature-256", good}, http.StatusNotFound},
 		{"bad path", base + "/hook/secret/" + repo.Namespace + "/hook", body, []string{"X-Hub-Signature-256", good}, http.StatusNotFound},
+		{"path with an extra segment", url + "/x", body, []string{"X-Hub-Signature-256", good}, http.StatusNotFound},
+		{"path without a name", base + "/hook/gitrepository/" + repo.Namespace + "/", body, []string{"X-Hub-Signature-256", good}, http.StatusNotFound},
+		{"path without a namespace", base + "/hook/gitrepository//" + repo.Name, body, []string{"X-Hub-Signature-256", good}, http.StatusNotFound},
+		{"unsigned, for an unknown GitRepository", base + "/hook/gitrepository/" + repo.Namespace + "/nope", body, nil, http.StatusUnauthorized},
 		{"too large", url, bytes.Repeat([]byte("a"), 1<<20+1), []string{"X-Hub-Signature-256", good}, http.StatusRequestEntityTooLarge},
 	}
 	mark := log.mark()
