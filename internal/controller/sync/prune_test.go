@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
@@ -83,7 +85,9 @@ func TestPruneNeverDeletesForeignObjects(t *testing.T) {
 	ns := env.NewNamespace(t)
 	repo, h1, gr := setupRepo(t, ns, map[string]string{"app/a.yaml": configMap("a", nil), "app/b.yaml": configMap("b", nil),
 		"app/c.yaml": configMap("c", nil), "app/d.yaml": configMap("d", nil)})
-	g.Expect(env.Client.Create(t.Context(), newSync(ns, "app", "app", "app", true))).To(Succeed())
+	sy := newSync(ns, "app", "app", "app", true)
+	sy.Spec.PruneLimit = ptr.To(intstr.FromString("100%")) // three of four go: over the default limit
+	g.Expect(env.Client.Create(t.Context(), sy)).To(Succeed())
 	waitApplied(t, g, ns, "app", h1)
 
 	s := getSync(g, t, ns, "app")
