@@ -89,6 +89,12 @@ func main() {
 		}
 		os.Exit(1)
 	}()
+	// A test that fails without any mutant "kills" every mutant: run the
+	// tests once on the unchanged package first.
+	if res, by := test(append([]string{*pkg}, splitList(*also)...), *run, *timeout); res != "survived" {
+		fmt.Fprintf(os.Stderr, "mutate: the tests fail without any mutant (%s %s); fix them first\n", res, by)
+		os.Exit(1)
+	}
 	var killed, survived, broken int
 	for _, path := range files {
 		if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(filepath.Base(path), "zz_generated") {
