@@ -153,7 +153,9 @@ func TestDriftIsCorrected(t *testing.T) {
 					g.Expect(d.Status.LastDriftCorrected.Kind).To(Equal(kind))
 					g.Expect(d.Status.LastDriftCorrected.Message).To(ContainSubstring(msg))
 					g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue())
-				}).Should(Succeed())
+					// 90 s: under make test's -race load a MariaDB correction
+					// once took longer than the default 30 s.
+				}).WithTimeout(90 * time.Second).Should(Succeed())
 			}
 			count := func(kind string) float64 { return driftCount(t, kind) }
 
