@@ -402,16 +402,6 @@ var skipReasons = map[sqlengine.Engine]string{}
 // environment), so that every worker uses them instead of starting its own.
 const serversEnv = "CONVERGE_SQLTEST_SERVERS"
 
-// exported is what a worker needs to connect to a server.
-type exported struct {
-	Engine        sqlengine.Engine
-	Host          string
-	Port          int
-	AdminUser     string
-	AdminPassword string
-	CAPEM         []byte
-}
-
 // fuzzWorker reports whether this process is a fuzz worker (`go test
 // -fuzz` starts one per -parallel, with -test.fuzzworker).
 func fuzzWorker() bool {
@@ -435,17 +425,18 @@ func fuzzWorker() bool {
 func Main(run func() int, pg, maria **Server) int {
 	ctx := context.Background() //nolint:forbidigo // TestMain has no test context
 	if fuzzWorker() {
-		var servers []exported
+		// The exported fields only: a worker's Server has no process, so
+		// Stop leaves it (and its directory) to the coordinator.
+		var servers []*Server
 		if err := json.Unmarshal([]byte(os.Getenv(serversEnv)), &servers); err != nil {
 			fmt.Fprintf(os.Stderr, "sqltest: a fuzz worker without its coordinator's servers (%s): %v\n", serversEnv, err)
 			return 1
 		}
-		for _, e := range servers {
-			s := &Server{Engine: e.Engine, Host: e.Host, Port: e.Port, AdminUser: e.AdminUser, AdminPassword: e.AdminPassword, CAPEM: e.CAPEM}
+		for _, s := range servers {
 			switch {
-			case e.Engine == sqlengine.Postgres && pg != nil:
+			case s.Engine == sqlengine.Postgres && pg != nil:
 				*pg = s
-			case e.Engine == sqlengine.MariaDB && maria != nil:
+			case s.Engine == sqlengine.MariaDB && maria != nil:
 				*maria = s
 			}
 		}
@@ -474,11 +465,10 @@ func Main(run func() int, pg, maria **Server) int {
 		}
 		*st.dst = s
 	}
-	var servers []exported
+	var servers []*Server
 	for _, s := range []**Server{pg, maria} {
 		if s != nil && *s != nil {
-			v := *s
-			servers = append(servers, exported{v.Engine, v.Host, v.Port, v.AdminUser, v.AdminPassword, v.CAPEM})
+			servers = append(servers, *s)
 		}
 	}
 	b, err := json.Marshal(servers)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
@@ -20,7 +21,6 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
@@ -149,18 +149,15 @@ func (r *Reconciler) publish(ctx context.Context, b *bmcv1alpha1.MachineBMC, ep 
 	if err := r.Apply(ctx, slice, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return bmc.Endpoints{}, fmt.Errorf("applying EndpointSlice %s: %w", name, err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if svcAC.Spec != nil {
-		svc.Spec.Type = typ
-		svc.Spec.ClusterIP = ptr.Deref(svcAC.Spec.ClusterIP, "")
-		for _, p := range svcAC.Spec.Ports {
-			svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: ptr.Deref(p.Name, ""), Port: ptr.Deref(p.Port, 0), NodePort: ptr.Deref(p.NodePort, 0)})
-		}
+	// The apply configuration now holds the API server's answer: the
+	// Service as stored (cluster IP, node ports, load-balancer status).
+	svc := &corev1.Service{}
+	raw, err := json.Marshal(svcAC)
+	if err == nil {
+		err = json.Unmarshal(raw, svc)
 	}
-	if svcAC.Status != nil && svcAC.Status.LoadBalancer != nil {
-		for _, in := range svcAC.Status.LoadBalancer.Ingress {
-			svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ptr.Deref(in.IP, "")})
-		}
+	if err != nil {
+		return bmc.Endpoints{}, fmt.Errorf("reading the applied Service %s: %w", name, err)
 	}
 	addr, err := r.serviceAddress(ctx, svc)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,10 +177,8 @@ func TestPublishedThroughALoadBalancer(t *testing.T) {
 
 // readyMessage is the Ready condition's message.
 func readyMessage(b *bmcv1alpha1.MachineBMC) string {
-	for _, c := range b.Status.Conditions {
-		if c.Type == bmcv1alpha1.ReadyCondition {
-			return c.Message
-		}
+	if c := meta.FindStatusCondition(b.Status.Conditions, bmcv1alpha1.ReadyCondition); c != nil {
+		return c.Message
 	}
 	return ""
 }
