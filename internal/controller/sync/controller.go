@@ -206,14 +206,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		// Carry on: a finalizer change triggers no event of its own.
 	}
-	s := &scope{sync: sy, now: time.Now(), st: r.state(req.NamespacedName)}
-	base := sy.DeepCopy()
+	s := &scope{sync: sy, base: sy.DeepCopy(), now: time.Now(), st: r.state(req.NamespacedName)}
 	defer func() {
 		computeStatus(s)
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			sy.Status.ObservedGeneration = sy.Generation
 		}
-		if err := r.Status().Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.Status().Patch(ctx, sy, client.MergeFrom(s.base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		}
 		r.emitEvents(s)

@@ -31,6 +31,10 @@ const dependencyRequeue = 5 * time.Second
 // scope holds what one reconciliation observed and decided.
 type scope struct {
 	sync *gitopsv1alpha1.Sync
+	// base is the Sync as the API server last stored it: the deferred
+	// status patch is computed against it. writeAheadInventory moves it
+	// forward, so the final patch does not carry a large inventory twice.
+	base *gitopsv1alpha1.Sync
 	now  time.Time
 	st   *syncState
 
@@ -372,15 +376,17 @@ func (r *Reconciler) writeAheadInventory(ctx context.Context, s *scope, objs []*
 	if len(missing) == 0 {
 		return nil
 	}
-	base := sy.DeepCopy()
 	sy.Status.Inventory = union(sy.Status.Inventory, missing)
 	// Say what is going on while a large revision is applied.
 	meta.SetStatusCondition(&sy.Status.Conditions, metav1.Condition{Type: gitopsv1alpha1.ReconcilingCondition,
 		Status: metav1.ConditionTrue, Reason: gitopsv1alpha1.ProgressingReason, ObservedGeneration: sy.Generation,
 		Message: fmt.Sprintf("applying revision %s (%d new objects)", s.revision, len(missing))})
-	if err := r.Status().Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+	// Against the last stored state: this patch carries every status change
+	// made so far, and the final one only what changes after it.
+	if err := r.Status().Patch(ctx, sy, client.MergeFrom(s.base), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("recording the inventory before applying: %w", err)
 	}
+	s.base = sy.DeepCopy()
 	return nil
 }
 

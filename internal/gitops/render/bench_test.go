@@ -30,8 +30,9 @@ func loopCPU(b *testing.B, f func()) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(n), "cpu-ns/op")
 }
 
-// benchRepo writes 1000 objects (100 files of 10 Deployments) under plain/
-// and the same under kustomize/ with a kustomization (prefix, labels).
+// benchRepo writes 1000 objects (100 files of 10 Deployments) under plain/,
+// the same in one file under onefile/, and under kustomize/ with a
+// kustomization (prefix, labels).
 func benchRepo(b *testing.B) string {
 	b.Helper()
 	root := b.TempDir()
@@ -69,15 +70,20 @@ spec:
 		fmt.Fprintf(&res, "- %s\n", name)
 	}
 	files["kustomize/kustomization.yaml"] = res.String()
+	var one strings.Builder
+	for f := range 100 {
+		one.WriteString(files[fmt.Sprintf("plain/f%03d.yaml", f)])
+	}
+	files["onefile/all.yaml"] = one.String()
 	writeB(b, root, files)
 	return root
 }
 
-// BenchmarkRender1000 renders the 1000-object Sync: plain YAML and a
-// kustomize build.
+// BenchmarkRender1000 renders the 1000-object Sync: plain YAML in 100
+// files and in one, and a kustomize build.
 func BenchmarkRender1000(b *testing.B) {
 	root := benchRepo(b)
-	for _, p := range []string{"plain", "kustomize"} {
+	for _, p := range []string{"plain", "onefile", "kustomize"} {
 		b.Run(p, func(b *testing.B) {
 			loopCPU(b, func() {
 				objs, err := Render(b.Context(), root, p, Options{})

@@ -19,9 +19,11 @@ import (
 	pathpkg "path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -201,19 +203,40 @@ func plain(ctx context.Context, cfs *ConfinedFS, dir string, o Options) ([]*unst
 	if err != nil {
 		return nil, err
 	}
+	// Files are read in order and decoded a window of one per CPU at a
+	// time, so the object limit still stops the render within a window of
+	// where it is crossed.
 	var out []*unstructured.Unstructured
-	for _, f := range files {
-		b, err := cfs.ReadFile(f)
-		if err != nil {
-			return nil, err
+	window := max(1, runtime.GOMAXPROCS(0))
+	for len(files) > 0 {
+		batch := files[:min(window, len(files))]
+		files = files[len(batch):]
+		results := make([]decoded, len(batch))
+		var wg sync.WaitGroup
+		for i, f := range batch {
+			b, err := cfs.ReadFile(f)
+			if err != nil {
+				wg.Wait()
+				return nil, err
+			}
+			wg.Go(func() {
+				defer func() {
+					if p := recover(); p != nil {
+						results[i].err = fmt.Errorf("%s: decoding: %v", f, p)
+					}
+				}()
+				results[i].objs, results[i].err = Decode(f, b)
+			})
 		}
-		objs, err := Decode(f, b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, objs...)
-		if len(out) > o.MaxManifests {
-			return nil, &LimitError{What: "objects rendered", Limit: int64(o.MaxManifests), Value: int64(len(out))}
+		wg.Wait()
+		for _, r := range results {
+			if r.err != nil {
+				return nil, r.err
+			}
+			out = append(out, r.objs...)
+			if len(out) > o.MaxManifests {
+				return nil, &LimitError{What: "objects rendered", Limit: int64(o.MaxManifests), Value: int64(len(out))}
+			}
 		}
 	}
 	return out, dedupe(out)
@@ -312,44 +335,98 @@ var lineRE = regexp.MustCompile(`line (\d+)`)
 
 // Decode decodes the YAML (or JSON) documents of one file named name. Empty
 // documents are skipped; `kind: List` is expanded. An error names the file
-// and the line in the file.
+// and the line in the file; with several bad documents, the first one's.
+// A file of many documents is decoded on every CPU (YAML decoding is most
+// of a plain render's time), in the file's order.
 func Decode(name string, data []byte) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	for _, doc := range splitDocuments(data) {
-		if len(bytes.TrimSpace(stripComments(doc.body))) == 0 {
-			continue
-		}
-		js, err := yaml.YAMLToJSON(doc.body)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s", name, relocate(err.Error(), doc.line))
-		}
-		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(js); err != nil {
-			return nil, fmt.Errorf("%s:%d: %s", name, doc.line, objectError(err, js))
-		}
-		if u.IsList() {
-			l, err := u.ToList()
-			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", name, doc.line, err)
+	docs := splitDocuments(data)
+	results := make([]decoded, len(docs))
+	workers := min(runtime.GOMAXPROCS(0), len(docs)/parallelDecodeMin)
+	if workers < 2 {
+		for i, doc := range docs {
+			results[i] = decodeDocument(name, doc)
+			if results[i].err != nil {
+				return nil, results[i].err
 			}
-			for i := range l.Items {
-				item := l.Items[i]
-				if err := check(&item); err != nil {
-					return nil, fmt.Errorf("%s:%d: item %d: %w", name, doc.line, i, err)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; i < len(docs); i += workers {
+					results[i] = decodeRecovering(name, docs[i])
 				}
-				out = append(out, &item)
-			}
-			continue
+			})
 		}
-		if err := check(u); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, doc.line, err)
+		wg.Wait()
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range results {
+		if r.err != nil {
+			return nil, r.err
 		}
-		out = append(out, u)
+		out = append(out, r.objs...)
 	}
 	return out, nil
+}
+
+// parallelDecodeMin is the number of documents per extra decoding
+// goroutine: below it, a file is decoded on one.
+const parallelDecodeMin = 32
+
+// decoded is what one document decodes to.
+type decoded struct {
+	objs []*unstructured.Unstructured
+	err  error
+}
+
+// decodeRecovering is decodeDocument on a goroutine of its own: a panic in
+// a decoder is that document's error, as it would be the reconcile's on
+// the calling goroutine, not the process's end.
+func decodeRecovering(name string, doc document) (d decoded) {
+	defer func() {
+		if p := recover(); p != nil {
+			d = decoded{err: fmt.Errorf("%s:%d: decoding: %v", name, doc.line, p)}
+		}
+	}()
+	return decodeDocument(name, doc)
+}
+
+// decodeDocument decodes one document of the file name.
+func decodeDocument(name string, doc document) decoded {
+	if len(bytes.TrimSpace(stripComments(doc.body))) == 0 {
+		return decoded{}
+	}
+	js, err := yaml.YAMLToJSON(doc.body)
+	if err != nil {
+		return decoded{err: fmt.Errorf("%s: %s", name, relocate(err.Error(), doc.line))}
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return decoded{}
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(js); err != nil {
+		return decoded{err: fmt.Errorf("%s:%d: %s", name, doc.line, objectError(err, js))}
+	}
+	if !u.IsList() {
+		if err := check(u); err != nil {
+			return decoded{err: fmt.Errorf("%s:%d: %w", name, doc.line, err)}
+		}
+		return decoded{objs: []*unstructured.Unstructured{u}}
+	}
+	l, err := u.ToList()
+	if err != nil {
+		return decoded{err: fmt.Errorf("%s:%d: %w", name, doc.line, err)}
+	}
+	out := make([]*unstructured.Unstructured, 0, len(l.Items))
+	for i := range l.Items {
+		item := l.Items[i]
+		if err := check(&item); err != nil {
+			return decoded{err: fmt.Errorf("%s:%d: item %d: %w", name, doc.line, i, err)}
+		}
+		out = append(out, &item)
+	}
+	return decoded{objs: out}
 }
 
 // objectError explains why a JSON document is not an object.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -229,4 +230,59 @@ func TestSplitDocuments(t *testing.T) {
 	}
 	g.Expect(got).To(Equal([]string{"a: 1\n", "b: 2\n", "c: 3\n", "----\n---x\n", "f: 4\r\n", "g: 5\n"}))
 	g.Expect(lines).To(Equal([]int{1, 3, 5, 7, 10, 12}))
+}
+
+// TestManyDocumentsKeepTheirOrder renders files large enough to be decoded
+// on several goroutines (and more files than a window): the objects come in
+// file and document order, a List expands in place, and of two bad
+// documents the error names the first.
+func TestManyDocumentsKeepTheirOrder(t *testing.T) {
+	g := NewWithT(t)
+	cm := func(name string) string {
+		return "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n"
+	}
+	var big strings.Builder
+	var want []string
+	for i := range 300 {
+		n := fmt.Sprintf("big-%03d", i)
+		if i == 150 {
+			big.WriteString("---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: list-a}}\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: list-b}}\n")
+			want = append(want, "list-a", "list-b")
+		}
+		big.WriteString(cm(n))
+		want = append(want, n)
+	}
+	files := map[string]string{"app/a.yaml": big.String()}
+	for i := range 9 {
+		n := fmt.Sprintf("small-%d", i)
+		files[fmt.Sprintf("app/b%d.yaml", i)] = cm(n)
+		want = append(want, n)
+	}
+	root := t.TempDir()
+	write(t, root, files)
+	objs, err := Render(t.Context(), root, "app", Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	g.Expect(names).To(Equal(want))
+
+	// Documents 100 and 250 are broken (6 lines per document, each
+	// starting with its "---"; 100's body starts at line 602): the error is
+	// the first's, whichever goroutine finds it.
+	var bad strings.Builder
+	for i := range 300 {
+		if i == 100 || i == 250 {
+			bad.WriteString("---\napiVersion: v1\nmetadata:\n  name: x\n  labels: {}\n  annotations: {}\n")
+			continue
+		}
+		bad.WriteString(strings.Replace(cm(fmt.Sprintf("c-%03d", i)), "\n", "\n# pad\n", 1))
+	}
+	root = t.TempDir()
+	write(t, root, map[string]string{"dir/bad.yaml": bad.String()})
+	for range 5 {
+		_, err = Render(t.Context(), root, "dir", Options{})
+		g.Expect(err).To(MatchError(HaveSuffix("bad.yaml:602: the document has no kind")))
+	}
 }
