@@ -109,7 +109,8 @@ func advertised(pool string, nodeLabels map[string]string, advs []lbv1alpha1.L2A
 
 // dataplaneService maps a Service's ports to its ready, non-terminating
 // endpoints. Terminating endpoints get no new connections; their existing
-// ones keep flowing through conntrack until they close (drain).
+// ones keep flowing through conntrack until they close (drain) while the
+// endpoint still serves (Draining).
 func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip netip.Addr) (lbdataplane.Service, error) {
 	var sliceList discoveryv1.EndpointSliceList
 	if err := a.cache.List(ctx, &sliceList, client.InNamespace(svc.Namespace),
@@ -144,7 +145,11 @@ func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip ne
 				continue
 			}
 			for _, e := range es.Endpoints {
-				if (e.Conditions.Ready != nil && !*e.Conditions.Ready) || (e.Conditions.Terminating != nil && *e.Conditions.Terminating) {
+				terminating := ptr.Deref(e.Conditions.Terminating, false)
+				// A terminating endpoint that still serves drains: no new
+				// connections, its existing ones kept.
+				draining := terminating && ptr.Deref(e.Conditions.Serving, true)
+				if !draining && (!ptr.Deref(e.Conditions.Ready, true) || terminating) {
 					continue
 				}
 				for _, s := range e.Addresses {
@@ -153,8 +158,13 @@ func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip ne
 						continue
 					}
 					ap := netip.AddrPortFrom(addr, uint16(target))
-					if !seen[ap] {
-						seen[ap] = true
+					if seen[ap] {
+						continue
+					}
+					seen[ap] = true
+					if draining {
+						port.Draining = append(port.Draining, ap)
+					} else {
 						port.Endpoints = append(port.Endpoints, ap)
 					}
 				}

@@ -2,10 +2,12 @@ package lbagent
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +40,10 @@ type agent struct {
 	// freeSince is when an address was first seen without a live owner.
 	freeSince map[netip.Addr]time.Time
 
+	conntrack lbdataplane.Conntrack
+	udpSwept  string       // udpFingerprint of the last successful conntrack sweep
+	udpVIPs   []netip.Addr // the addresses that sweep looked at
+
 	applied     string // last ruleset applied
 	listing     string // kernel listing right after that apply
 	lastDrift   time.Time
@@ -55,7 +61,7 @@ type heartbeatSeen struct {
 
 func newAgent(c Config, ca cache.Cache, cl, leases client.Client) *agent {
 	a := &agent{cfg: c, cache: ca, client: cl, leases: leases,
-		nft: lbdataplane.NFT{NetNS: c.NetNS}, addrs: lbdataplane.Addresses{NetNS: c.NetNS},
+		nft: lbdataplane.NFT{NetNS: c.NetNS}, conntrack: lbdataplane.Conntrack{NetNS: c.NetNS}, addrs: lbdataplane.Addresses{NetNS: c.NetNS},
 		wake: make(chan struct{}, 1), seen: map[string]heartbeatSeen{}, freeSince: map[netip.Addr]time.Time{},
 		owned: map[netip.Addr]bool{}, garpPending: map[netip.Addr]int{}, garpLast: map[netip.Addr]time.Time{}}
 	a.probes = &prober{a: a, results: map[string]probeResult{}, queue: make(chan probeJob, 1024), inflight: map[string]bool{}}
@@ -120,6 +126,7 @@ func (a *agent) sync(ctx context.Context) error {
 	if err := a.program(ctx, lbdataplane.Render(dp), now); err != nil {
 		return err
 	}
+	a.flushStaleUDP(want, dp)
 
 	owned := a.ownAll(ctx, want, now, healthy, alive)
 	a.releaseUnwanted(ctx, want)
@@ -162,6 +169,67 @@ func (a *agent) program(ctx context.Context, rs string, now time.Time) error {
 	}
 	a.applied, a.listing, a.lastDrift = rs, cur, now
 	return nil
+}
+
+// flushStaleUDP deletes the conntrack entries of UDP flows to endpoints
+// the rules no longer send to (lbdataplane.Conntrack says why), after the
+// rules changed: what the sweep keeps (endpoints, draining endpoints) or
+// the addresses it looks at changed since the last successful one. The
+// addresses are this node's and those of the last sweep, so a Service that
+// went away leaves no flow behind. A failure is logged and retried on the
+// next pass.
+func (a *agent) flushStaleUDP(want map[netip.Addr]*vipState, dp []lbdataplane.Service) {
+	vips := make([]netip.Addr, 0, len(want)+len(a.udpVIPs))
+	for ip := range want {
+		vips = append(vips, ip)
+	}
+	for _, ip := range a.udpVIPs {
+		if want[ip] == nil {
+			vips = append(vips, ip)
+		}
+	}
+	slices.SortFunc(vips, func(x, y netip.Addr) int { return x.Compare(y) })
+	fp := udpFingerprint(vips, dp)
+	if fp == a.udpSwept {
+		return
+	}
+	n, err := a.conntrack.FlushStaleUDP(dp, vips)
+	if err != nil {
+		a.cfg.Log.Error(err, "Deleting conntrack entries of UDP flows to removed endpoints")
+		return
+	}
+	if n > 0 {
+		a.cfg.Log.Info("Deleted conntrack entries of UDP flows to removed endpoints", "entries", n)
+	}
+	a.udpSwept = fp
+	a.udpVIPs = a.udpVIPs[:0]
+	for ip := range want {
+		a.udpVIPs = append(a.udpVIPs, ip)
+	}
+}
+
+// udpFingerprint is what a conntrack sweep depends on, in a canonical
+// form: the addresses and every UDP port's endpoints and draining ones.
+func udpFingerprint(vips []netip.Addr, dp []lbdataplane.Service) string {
+	var lines []string
+	for _, s := range dp {
+		for _, p := range s.Ports {
+			if p.Protocol != "udp" {
+				continue
+			}
+			eps := make([]string, 0, len(p.Endpoints)+len(p.Draining))
+			for _, e := range p.Endpoints {
+				eps = append(eps, e.String())
+			}
+			for _, e := range p.Draining {
+				eps = append(eps, "~"+e.String())
+			}
+			slices.Sort(eps)
+			lines = append(lines, fmt.Sprintf("%s/%d=%s", s.VIP, p.Port, strings.Join(eps, ",")))
+		}
+	}
+	slices.Sort(lines)
+	return fmt.Sprint(vips) + "|" + strings.Join(lines, ";")
 }
 
 // renewHeartbeat renews (or creates) this agent's heartbeat Lease.

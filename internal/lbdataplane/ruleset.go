@@ -16,9 +16,13 @@ import (
 // Table is the nftables table (family ip) Converge owns.
 const Table = "converge_lb"
 
-// masqMark is the conntrack mark bit that asks postrouting to masquerade a
-// connection Converge DNATed, so replies return through this node.
-const masqMark = "0x00004000"
+// masqMarkValue is the conntrack mark bit that asks postrouting to
+// masquerade a connection Converge DNATed, so replies return through this
+// node. It also tells Conntrack which entries are Converge's.
+const masqMarkValue = 0x00004000
+
+// masqMark is masqMarkValue as nft writes it.
+var masqMark = fmt.Sprintf("0x%08x", masqMarkValue)
 
 // Service is one virtual IP's listeners.
 type Service struct {
@@ -37,6 +41,10 @@ type Port struct {
 	Protocol  string
 	Port      uint16
 	Endpoints []netip.AddrPort
+	// Draining are terminating endpoints that still serve: no new
+	// connection goes to them (Render ignores them), but their existing
+	// flows are kept (Conntrack.FlushStaleUDP).
+	Draining []netip.AddrPort
 }
 
 // Render returns the complete table as nft input. The output is
