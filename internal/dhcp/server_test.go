@@ -178,7 +178,7 @@ func needClient(t *testing.T, bin string) {
 	t.Helper()
 	testenv.NeedRoot(t, "DHCP client test", "network namespaces")
 	if _, err := exec.LookPath(bin); err != nil {
-		testenv.NeedPeer(t, "DHCP client test", bin+" is not installed (apt-get install udhcpc isc-dhcp-client)")
+		testenv.NeedPeer(t, "DHCP client test", bin+" is not installed (apt-get install udhcpc isc-dhcp-client dhcpcd-base)")
 	}
 }
 
@@ -313,6 +313,45 @@ func TestDhclient(t *testing.T) {
 		if !strings.Contains(lease, want) {
 			t.Errorf("dhclient's lease file lacks %q:\n%s", want, lease)
 		}
+	}
+	if t.Failed() {
+		_, _ = os.Stderr.WriteString(c.Log())
+	}
+}
+
+// dhcpcd gets the allocated address and every option, although it
+// identifies itself with a DUID-based client identifier: read from what
+// dhcpcd passed its script, and from the address it put on the interface.
+func TestDhcpcd(t *testing.T) {
+	needClient(t, "dhcpcd")
+	ctx := t.Context()
+	n, _ := serve(t, table(opts(10*time.Second)))
+	ns, err := n.AddClient(ctx, macA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dhcptest.Dhcpcd(ctx, ns, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ev, _, err := c.WaitEvent(ctx, 0, 30*time.Second, "BOUND", "REBOOT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"new_ip_address": "10.66.0.100", "new_subnet_mask": "255.255.255.0", "new_routers": "10.66.0.1",
+		"new_domain_name_servers": "10.66.0.53 10.66.0.54", "new_domain_name": "lab.example",
+		"new_domain_search": "lab.example example", "new_ntp_servers": "10.66.0.123",
+		"new_dhcp_lease_time": "10", "new_dhcp_server_identifier": "10.66.0.2", "new_host_name": "vm-a",
+	} {
+		if got := ev.Vars[k]; got != want {
+			t.Errorf("dhcpcd's %s = %q, want %q", k, got, want)
+		}
+	}
+	out, err := netns.Run(ctx, ns, "ip", "-4", "-o", "addr", "show", "dev", "eth0")
+	if err != nil || !strings.Contains(string(out), "10.66.0.100/24") {
+		t.Errorf("eth0 after dhcpcd bound: %s (%v); want 10.66.0.100/24", out, err)
 	}
 	if t.Failed() {
 		_, _ = os.Stderr.WriteString(c.Log())

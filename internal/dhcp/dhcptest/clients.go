@@ -120,6 +120,65 @@ func Dhclient(ctx context.Context, ns, dir string) (*Client, error) {
 		"-pf", filepath.Join(dir, "dhclient.pid"), "eth0")
 }
 
+// dhcpcdScript records each call; dhcpcd configures the interface itself.
+const dhcpcdScript = `#!/bin/sh
+EVENTS=@EVENTS@
+{
+  echo "reason=$reason"
+  for v in new_ip_address new_subnet_mask new_routers new_domain_name_servers new_domain_name new_domain_search new_ntp_servers new_dhcp_lease_time new_host_name new_dhcp_server_identifier; do
+    eval "x=\${$v}"
+    [ -n "$x" ] && echo "$v=$x"
+  done
+  echo "--"
+} >> "$EVENTS"
+exit 0
+`
+
+// dhcpcdConf asks for every option the agent serves and nothing that
+// would wait for IPv6 or link-local fallbacks.
+const dhcpcdConf = `option subnet_mask, routers, domain_name_servers, domain_name, domain_search, ntp_servers, dhcp_lease_time, host_name, dhcp_server_identifier
+duid
+noipv4ll
+noarp
+timeout 30
+`
+
+// Dhcpcd starts dhcpcd (Roy Marples') in ns on eth0 in the foreground, IPv4
+// only, with its own config and script. dhcpcd has no flag for its run and
+// database directories (/run/dhcpcd, /var/lib/dhcpcd), shared by every
+// namespace: it runs in `ip netns exec`'s own mount namespace with a tmpfs
+// on each, so clients of parallel tests never meet and nothing is left on
+// the host. dhcpcd identifies itself with a DUID-based client identifier
+// (RFC 4361), not its MAC: what a server keying leases on the client
+// identifier would get wrong.
+func Dhcpcd(ctx context.Context, ns, dir string) (*Client, error) {
+	bin, err := exec.LookPath("dhcpcd")
+	if err != nil {
+		return nil, err
+	}
+	script := filepath.Join(dir, "dhcpcd.sh")
+	conf := filepath.Join(dir, "dhcpcd.conf")
+	events := filepath.Join(dir, "dhcpcd.events")
+	if err := os.WriteFile(script, []byte(strings.ReplaceAll(dhcpcdScript, "@EVENTS@", events)), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(conf, []byte(dhcpcdConf), 0o600); err != nil {
+		return nil, err
+	}
+	sh := `set -e
+for d in /run/dhcpcd /var/lib/dhcpcd; do [ -d "$d" ] && mount -t tmpfs tmpfs "$d"; done
+exec "$@"`
+	if _, err := os.Stat("/run/dhcpcd"); err != nil {
+		// No directory to mount over: give the whole of /run a tmpfs
+		// (this mount namespace's only).
+		sh = `set -e
+mount -t tmpfs tmpfs /run
+[ -d /var/lib/dhcpcd ] && mount -t tmpfs tmpfs /var/lib/dhcpcd
+exec "$@"`
+	}
+	return start(ctx, ns, events, "", "sh", "-c", sh, "dhcpcd", bin, "-B", "-4", "-d", "-f", conf, "-c", script, "eth0")
+}
+
 func start(ctx context.Context, ns, events, leases, bin string, args ...string) (*Client, error) {
 	cmd := netns.Command(ctx, ns, bin, args...)
 	log, err := os.Create(events + ".log")
