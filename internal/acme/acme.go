@@ -19,34 +19,79 @@ import (
 	"time"
 
 	xacme "golang.org/x/crypto/acme"
+	"golang.org/x/time/rate"
 )
 
 // ChallengePath is where HTTP-01 answers are served.
 const ChallengePath = "/.well-known/acme-challenge/"
 
-// Solver answers HTTP-01 challenges from memory.
+// Solver answers HTTP-01 challenges. The replica that orders (the leader)
+// holds its answers in memory; with Shared set it also publishes them
+// there, and a replica asked for a token it does not hold looks it up, so
+// a Service in front of several replicas may reach any of them.
 type Solver struct {
+	// Shared, when set, is where answers are published for the other
+	// replicas.
+	Shared Shared
+	// lookups bounds the Shared lookups of tokens not held here: the
+	// challenge port is open to the world, and a stream of made-up tokens
+	// must not become a stream of API requests.
+	lookups *rate.Limiter
+
 	mu      sync.RWMutex
 	answers map[string]string
 	// Served counts the answers served, for tests.
 	served int
 }
 
-// NewSolver returns an empty Solver.
-func NewSolver() *Solver { return &Solver{answers: map[string]string{}} }
-
-// Present makes the solver answer token with keyAuth.
-func (s *Solver) Present(token, keyAuth string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.answers[token] = keyAuth
+// Shared is where a Solver publishes answers for the other replicas.
+type Shared interface {
+	// Publish stores keyAuth for token; it returns once a Lookup on any
+	// replica finds it.
+	Publish(ctx context.Context, token, keyAuth string) error
+	// Withdraw removes token's answer; absent is fine.
+	Withdraw(ctx context.Context, token string) error
+	// Lookup returns token's answer, if one is published.
+	Lookup(ctx context.Context, token string) (keyAuth string, found bool, err error)
 }
 
-// CleanUp forgets token.
-func (s *Solver) CleanUp(token string) {
+// SharedLookupRate and SharedLookupBurst bound a replica's Shared lookups
+// of tokens it does not hold. A CA validates each challenge from a few
+// vantage points, a few times at most.
+const (
+	SharedLookupRate  = 20
+	SharedLookupBurst = 50
+)
+
+// NewSolver returns an empty Solver.
+func NewSolver() *Solver {
+	return &Solver{answers: map[string]string{}, lookups: rate.NewLimiter(SharedLookupRate, SharedLookupBurst)}
+}
+
+// Present makes the solver answer token with keyAuth, and publishes the
+// answer when the Solver is shared. Call it before telling the CA to
+// validate.
+func (s *Solver) Present(ctx context.Context, token, keyAuth string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.answers[token] = keyAuth
+	s.mu.Unlock()
+	if s.Shared != nil {
+		if err := s.Shared.Publish(ctx, token, keyAuth); err != nil {
+			return fmt.Errorf("publishing the HTTP-01 answer for the other replicas: %w", err)
+		}
+	}
+	return nil
+}
+
+// CleanUp forgets token here and in Shared.
+func (s *Solver) CleanUp(ctx context.Context, token string) error {
+	s.mu.Lock()
 	delete(s.answers, token)
+	s.mu.Unlock()
+	if s.Shared != nil {
+		return s.Shared.Withdraw(ctx, token)
+	}
+	return nil
 }
 
 // Served returns how many challenges were answered.
@@ -59,22 +104,44 @@ func (s *Solver) Served() int {
 // ServeHTTP answers GET /.well-known/acme-challenge/<token>.
 func (s *Solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token, ok := strings.CutPrefix(r.URL.Path, ChallengePath)
-	if !ok || r.Method != http.MethodGet || strings.Contains(token, "/") {
+	if !ok || r.Method != http.MethodGet || !validToken(token) {
 		http.NotFound(w, r)
 		return
 	}
-	s.mu.Lock()
+	s.mu.RLock()
 	ka, found := s.answers[token]
-	if found {
-		s.served++
+	s.mu.RUnlock()
+	if !found && s.Shared != nil && s.lookups.Allow() {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		ka, found, _ = s.Shared.Lookup(ctx, token)
+		cancel()
 	}
-	s.mu.Unlock()
 	if !found {
 		http.NotFound(w, r)
 		return
 	}
+	s.mu.Lock()
+	s.served++
+	s.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain")
-	_, _ = w.Write([]byte(ka))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write([]byte(ka)) //nolint:gosec // a key authorization as text/plain, nosniff: RFC 8555 8.3's answer, never HTML
+}
+
+// validToken reports whether token can be an ACME token: RFC 8555 8.3 asks
+// for at least 128 bits of base64url.
+func validToken(token string) bool {
+	if len(token) < 22 || len(token) > 256 {
+		return false
+	}
+	for _, c := range token {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Server serves a Solver on an address; it is a manager Runnable that runs
@@ -173,8 +240,14 @@ func Obtain(ctx context.Context, c *xacme.Client, s *Solver, dnsNames, ips []str
 		if err != nil {
 			return nil, err
 		}
-		s.Present(ch.Token, ka)
-		defer s.CleanUp(ch.Token)
+		if err := s.Present(ctx, ch.Token, ka); err != nil {
+			return nil, err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = s.CleanUp(cctx, ch.Token)
+		}()
 		if _, err := c.Accept(ctx, ch); err != nil {
 			return nil, fmt.Errorf("accepting the challenge for %s: %w", z.Identifier.Value, err)
 		}

@@ -210,6 +210,11 @@ type PKIOptions struct {
 	// ACMEHTTP01BindAddress serves ACME HTTP-01 answers; "0" or empty
 	// disables the listener.
 	ACMEHTTP01BindAddress string
+	// ACMEHTTP01Namespace, when set, is the manager's namespace, where
+	// pending HTTP-01 answers are published as ConfigMaps so that every
+	// replica answers them (certificaterequest.ConfigMapShared); empty keeps
+	// them in the leader's memory (one replica).
+	ACMEHTTP01Namespace string
 	// MinimumCertificateDuration is the shortest spec.duration the webhook
 	// accepts; 1h when zero. Tests lower it.
 	MinimumCertificateDuration time.Duration
@@ -457,6 +462,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	}
 	if o.PKI.Solver == nil {
 		o.PKI.Solver = acme.NewSolver()
+	}
+	if ns := o.PKI.ACMEHTTP01Namespace; ns != "" && o.PKI.Solver.Shared == nil {
+		o.PKI.Solver.Shared = certificaterequest.ConfigMapShared{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: ns}
 	}
 	// Only the CertificateRequest controller answers ACME challenges: a
 	// manager without it never binds the port (two replicas of a GitOps-only

@@ -21,6 +21,10 @@ var (
 	pebbleErr error
 )
 
+// http01Namespace is where the suite's manager publishes pending HTTP-01
+// answers (TestACMEAnsweredByAStandby).
+const http01Namespace = "default"
+
 // The suite runs the four pki controllers with a 2s minimum duration (tests
 // renew in seconds; production keeps 1h), the ACME HTTP-01 listener on a free
 // loopback port, and a real Pebble validating challenges against it.
@@ -38,6 +42,7 @@ func TestMain(m *testing.M) {
 		o.PKI.MinimumCertificateDuration = 2 * time.Second
 		o.PKI.ACMEHTTP01BindAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		o.PKI.ClusterResourceNamespace = "default"
+		o.PKI.ACMEHTTP01Namespace = http01Namespace
 	}}, &env)
 	if pebble != nil {
 		pebble.Stop()
