@@ -65,7 +65,7 @@ var (
 	nPushes     = flag.Int("pushes", 20, "push webhooks for the push latency")
 	nInventory  = flag.Int("inventory", 10000, "objects in inventories when RSS is measured")
 	workers     = flag.Int("floor-workers", 8, "concurrency of the concurrent floor (the Sync applies with 8 workers)")
-	syncRuns    = flag.Int("sync-runs", 3, "runs of (8-way floor, Sync) pairs for the big Sync; the median ratio is printed (one run's ratio moves by 0.2 under load)")
+	syncRuns    = flag.Int("sync-runs", 5, "runs of (8-way floor, Sync) pairs for the big Sync; the median ratio is printed (one run's ratio moves by 0.2 under load)")
 	memProfile  = flag.String("memprofile", "", "write a heap profile here once the inventories are filled")
 	controllers = flag.String("controllers", "*", "controllers the manager runs (--controllers), e.g. gitrepository,sync to compare the RSS without the others")
 	managerMode = flag.String("manager", "process", "where the manager runs: 'process' (`converge run` built from this tree, its own process; the RSS is that process's) or 'in-process' (in this benchmark's process, beside its client, as the test suites run it)")
