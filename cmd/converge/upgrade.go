@@ -19,6 +19,7 @@ func newUpgradeCommand(g *globalFlags) *cobra.Command {
 		Long: `Work with MachineUpgrades (upgrade.converge.dev).
 
   converge upgrade status NAME [--events N]   steps, per-Machine progress, one timeline of events
+  converge upgrade logs NAME [--tail N]       the end of each Machine's serial console
   converge upgrade pause NAME                 no new step starts (a step in flight finishes)
   converge upgrade resume NAME
   converge upgrade retry NAME                 re-run the failed step of the failed Machine(s)
@@ -39,6 +40,20 @@ func newUpgradeCommand(g *globalFlags) *cobra.Command {
 		},
 	}
 	status.Flags().IntVar(&events, "events", 50, "the last N events of the timeline (0: all)")
+	var tail int
+	logs := &cobra.Command{
+		Use:   "logs NAME",
+		Short: "Print the end of each Machine's serial console, in the upgrade's order",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := verbClient(g)
+			if err != nil {
+				return err
+			}
+			return upgradecli.Logs(cmd.Context(), c, cmd.OutOrStdout(), ns, args[0], tail)
+		},
+	}
+	logs.Flags().IntVar(&tail, "tail", 20, "the last N lines of each console (0: all)")
 	verb := func(use, short, done string, f func(ctx context.Context, c client.Client, ns, name string) error) *cobra.Command {
 		return &cobra.Command{
 			Use:   use + " NAME",
@@ -73,7 +88,7 @@ func newUpgradeCommand(g *globalFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(status,
+	cmd.AddCommand(status, logs,
 		verb("pause", "Stop new steps from starting", "paused", upgradecli.Pause),
 		verb("resume", "Let new steps start again", "resumed", upgradecli.Resume),
 		verb("retry", "Re-run the failed step of the failed Machine(s), with fresh attempts", "retry requested",
