@@ -9,6 +9,9 @@
 //     through the VIP (ARP to the announcing node, DNAT, masquerade);
 //     reported as microseconds per request, lower is better, with ratios
 //     against direct and against routed;
+//   - UDP round trips (one at a time) from the same client, the same three
+//     ways, from one socket (one conntrack flow) and from a new socket per
+//     request (a new flow each time);
 //   - create → reachable: from creating a Service (and its EndpointSlice) to
 //     LoadBalancerReady=True, which the agent sets only after a connection
 //     through the VIP reached the backend (p50/p99 over -services);
@@ -26,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -177,6 +181,45 @@ func run(ctx context.Context, services, kills int, dur time.Duration) error {
 		benchout.Ratio("loadbalancer.vip_vs_routed_"+mode.name, 1e6/through, "us/req", hop/through)
 	}
 
+	// UDP: request/response round trips from one socket (one flow: after
+	// its first packet conntrack translates) and from a new socket per
+	// request (every request a new flow through the nat chains).
+	if err := createUDPService(ctx, c, ns, "udp", be); err != nil {
+		return err
+	}
+	uvip, err := waitReachable(ctx, c, ns, "udp", time.Minute)
+	if err != nil {
+		return err
+	}
+	for _, addr := range []string{be, routed.String()} {
+		if err := topo.ServeUDPEcho(topo.Backends[0], addr+":5353", "be"); err != nil {
+			return err
+		}
+	}
+	for _, mode := range []struct {
+		name    string
+		newFlow bool
+	}{{"oneflow", false}, {"newflow", true}} {
+		direct, err := udpRate(topo.Client, be+":5353", mode.newFlow, dur)
+		if err != nil {
+			return err
+		}
+		hop, err := udpRate(topo.Client, routed.String()+":5353", mode.newFlow, dur)
+		if err != nil {
+			return err
+		}
+		through, err := udpRate(topo.Client, uvip+":53", mode.newFlow, dur)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("UDP %s: direct %.0f req/s, routed through the node %.0f req/s, through the VIP %.0f req/s (%.2f× direct, %.2f× routed) (load %s)\n",
+			mode.name, direct, hop, through, through/direct, through/hop, load())
+		benchout.Line("loadbalancer.udp_direct_"+mode.name, 1e6/direct, "us/req")
+		benchout.Ratio("loadbalancer.udp_routed_"+mode.name, 1e6/hop, "us/req", direct/hop)
+		benchout.Ratio("loadbalancer.udp_vip_"+mode.name, 1e6/through, "us/req", direct/through)
+		benchout.Ratio("loadbalancer.udp_vip_vs_routed_"+mode.name, 1e6/through, "us/req", hop/through)
+	}
+
 	// Failover.
 	var downs []time.Duration
 	for k := range kills {
@@ -227,6 +270,64 @@ func createService(ctx context.Context, c client.Client, ns, name, backend strin
 	return c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{
 		Type:  corev1.ServiceTypeLoadBalancer,
 		Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}})
+}
+
+// createUDPService is createService with one UDP port, 53 → 5353.
+func createUDPService(ctx context.Context, c client.Client, ns, name, backend string) error {
+	if err := c.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		Labels: map[string]string{discoveryv1.LabelServiceName: name}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Port: ptr.To(int32(5353)), Protocol: ptr.To(corev1.ProtocolUDP)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}); err != nil {
+		return err
+	}
+	return c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{
+		Type:  corev1.ServiceTypeLoadBalancer,
+		Ports: []corev1.ServicePort{{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: corev1.ProtocolUDP}}}})
+}
+
+// udpRate sends request/response round trips to addr from namespace ns for
+// dur, one at a time, and returns them per second: from one socket, or
+// (newFlow) from a new socket each time.
+func udpRate(ns, addr string, newFlow bool, dur time.Duration) (float64, error) {
+	n := 0
+	var elapsed time.Duration
+	err := netns.Do(ns, func() error {
+		var conn net.Conn
+		defer func() {
+			if conn != nil {
+				_ = conn.Close()
+			}
+		}()
+		buf := make([]byte, 512)
+		start := time.Now()
+		for time.Since(start) < dur {
+			if conn == nil {
+				var err error
+				if conn, err = net.Dial("udp", addr); err != nil {
+					return err
+				}
+			}
+			_ = conn.SetDeadline(time.Now().Add(time.Second))
+			if _, err := conn.Write([]byte("q")); err != nil {
+				return err
+			}
+			if _, err := conn.Read(buf); err != nil {
+				return fmt.Errorf("UDP round trip %d to %s: %w", n+1, addr, err)
+			}
+			n++
+			if newFlow {
+				_ = conn.Close()
+				conn = nil
+			}
+		}
+		elapsed = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
 }
 
 func waitReachable(ctx context.Context, c client.Client, ns, name string, limit time.Duration) (string, error) {
