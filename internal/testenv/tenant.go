@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,5 +76,29 @@ func (e *Environment) GrantTenant(t testing.TB, ns, sa string, extra ...rbacv1.P
 			t.Fatalf("granting the tenant %s/%s: creating %T: %v", ns, sa, o, err)
 		}
 	}
-	return fmt.Sprintf("system:serviceaccount:%s:%s", ns, sa)
+	user := fmt.Sprintf("system:serviceaccount:%s:%s", ns, sa)
+	// The API server's authorizer learns of new bindings through its own
+	// informers: under load a request made right away can still be
+	// Forbidden. Wait until both bindings are enforced.
+	for _, want := range []authorizationv1.ResourceAttributes{
+		{Namespace: ns, Verb: "create", Resource: "secrets"},
+		{Namespace: ns, Verb: "create", Group: "sql.converge.dev", Resource: "databases"},
+	} {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}, ResourceAttributes: &want}}
+			if err := e.Client.Create(ctx, sar); err != nil {
+				t.Fatalf("granting the tenant %s/%s: reviewing %s %s: %v", ns, sa, want.Verb, want.Resource, err)
+			}
+			if sar.Status.Allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("granting the tenant %s/%s: %s %s still not allowed after 30s: %s", ns, sa, want.Verb, want.Resource, sar.Status.Reason)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return user
 }
