@@ -51,7 +51,8 @@ func TestDataStaysWithinItsBound(t *testing.T) {
 
 // TestTransform: an unlabelled Secret with more than KeepBytes of data
 // loses its data and managed fields and keeps its metadata and type; a
-// small one, a labelled one and other objects pass as they are.
+// small one and a labelled one lose their managed fields only; other
+// objects pass as they are.
 func TestTransform(t *testing.T) {
 	g := NewWithT(t)
 	s := secret("a", "7", KeepBytes)
@@ -70,6 +71,8 @@ func TestTransform(t *testing.T) {
 	s.Labels[Label] = "true"
 	out, _ = Transform(s)
 	g.Expect(out).To(BeIdenticalTo(s))
+	g.Expect(s.Data).NotTo(BeNil())
+	g.Expect(s.ManagedFields).To(BeNil(), "a cached Secret keeps its data, not its managed fields")
 	small := secret("b", "1", KeepBytes-1) // plus the key "k": exactly KeepBytes
 	out, _ = Transform(small)
 	g.Expect(out).To(BeIdenticalTo(small))
