@@ -548,9 +548,9 @@ func leaderElectionID(o Options) string {
 // Cached objects carry no managedFields: no controller reads them from the
 // shared cache (the Sync controller's prune and drift checks read them with
 // their own clients and drift cache), and a write from a cached object
-// without them leaves the server's untouched. They were the largest part of
-// a cached Certificate or CertificateRequest (bench/README.md, "Memory of
-// the manager").
+// without them leaves the server's untouched. They were a large part of a
+// cached Certificate or CertificateRequest (bench/README.md, "Memory of the
+// manager, certificates").
 func cacheOptions(o Options) cache.Options {
 	co := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cache.TransformStripManagedFields()}
 	if len(o.WatchNamespaces) > 0 {
