@@ -58,6 +58,7 @@ func main() {
 	allData := flag.Bool("all-secret-data", false, "run the manager with --cache-all-secret-data (every Secret's data cached)")
 	mode := flag.String("manager", "process", "where the manager runs: 'process' (`converge run` built from this tree, its own process; the memory line is that process's) or 'in-process' (in this benchmark's process, beside its client, as the test suites run it)")
 	exe := flag.String("converge", "", "the converge binary to run (-manager process); empty builds one from this tree as `make build` does")
+	heapProfile := flag.String("heapprofile", "", "save the manager's heap profile (-manager process) to this file when its memory is read")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -65,7 +66,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "certificates: -manager %q: want process or in-process\n", *mode)
 		os.Exit(2)
 	}
-	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout, *secrets, *allData, *mode == "in-process", *exe)
+	err := run(ctx, *n, float32(*qps), *burst, *alg, *timeout, *secrets, *allData, *mode == "in-process", *exe, *heapProfile)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "certificates:", err)
@@ -75,7 +76,7 @@ func main() {
 
 const workers = 8
 
-func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration, secrets int, allData, inProcess bool, exe string) error {
+func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout time.Duration, secrets int, allData, inProcess bool, exe, heapProfile string) error {
 	var mgr *managerproc.Manager
 	root, err := os.MkdirTemp("", "bench-certificates-")
 	if err != nil {
@@ -230,7 +231,7 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 	benchout.Line(prefix(allData)+".p50_issue_seconds", lat[len(lat)/2], "s")
 	benchout.Line(prefix(allData)+".p99_issue_seconds", lat[len(lat)*99/100], "s")
 	benchout.Line(prefix(allData)+".writes_per_certificate", (writes.Total()-float64(n))/float64(n), "")
-	return memory(ctx, env.Client, n, secrets, allData, mgr)
+	return memory(ctx, env.Client, n, secrets, allData, mgr, heapProfile)
 }
 
 // prefix names the BENCH lines: a run with every Secret's data cached is
@@ -246,8 +247,9 @@ func prefix(allData bool) string {
 // informer take them in, and prints the manager's memory: the `converge
 // run` process's as read (mgr), or this process's, where the manager and
 // this benchmark's client are one process (-manager in-process); the
-// control plane is not counted.
-func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, mgr *managerproc.Manager) error {
+// control plane is not counted. The manager's heap profile is saved to
+// heapProfile unless it is empty.
+func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, mgr *managerproc.Manager, heapProfile string) error {
 	if secrets > 0 {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}); err != nil {
 			return err
@@ -266,7 +268,7 @@ func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, 
 		mode = "every Secret's data cached (--cache-all-secret-data)"
 	}
 	if mgr != nil {
-		line, m, err := mgr.Describe("")
+		line, m, err := mgr.Describe(heapProfile)
 		if err != nil {
 			return err
 		}

@@ -56,14 +56,29 @@ func size(data map[string][]byte) int {
 }
 
 // Transform strips the data of Secrets not Cached before the informer
-// stores them. Other objects pass unchanged.
+// stores them, with kubectl's last-applied-configuration annotation (a copy
+// of the data when the Secret was applied with kubectl), and the managed
+// fields of every Secret (as the manager's default transform does for other
+// kinds). Other objects pass unchanged.
 func Transform(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
-	if !ok || Cached(s) {
+	if !ok {
 		return obj, nil
+	}
+	if Cached(s) {
+		s.ManagedFields = nil
+		return s, nil
 	}
 	out := &corev1.Secret{TypeMeta: s.TypeMeta, ObjectMeta: s.ObjectMeta, Type: s.Type, Immutable: s.Immutable}
 	out.ManagedFields = nil
+	if _, ok := s.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+		out.Annotations = make(map[string]string, len(s.Annotations)-1)
+		for k, v := range s.Annotations {
+			if k != corev1.LastAppliedConfigAnnotation {
+				out.Annotations[k] = v
+			}
+		}
+	}
 	return out, nil
 }
 

@@ -50,8 +50,9 @@ func TestDataStaysWithinItsBound(t *testing.T) {
 }
 
 // TestTransform: an unlabelled Secret with more than KeepBytes of data
-// loses its data and managed fields and keeps its metadata and type; a
-// small one, a labelled one and other objects pass as they are.
+// loses its data, managed fields and kubectl's last-applied-configuration
+// and keeps its other metadata and type; a small one and a labelled one
+// lose their managed fields only; other objects pass as they are.
 func TestTransform(t *testing.T) {
 	g := NewWithT(t)
 	s := secret("a", "7", KeepBytes)
@@ -67,9 +68,16 @@ func TestTransform(t *testing.T) {
 	g.Expect(st.ResourceVersion).To(Equal("7"))
 	g.Expect(st.Type).To(Equal(corev1.SecretTypeTLS))
 	g.Expect(s.Data).NotTo(BeNil(), "the input was changed")
+	// kubectl apply's copy of the data goes with the data.
+	s.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: `{"data":{"k":"eHh4"}}`, "note": "kept"}
+	out, _ = Transform(s)
+	g.Expect(out.(*corev1.Secret).Annotations).To(Equal(map[string]string{"note": "kept"}))
+	g.Expect(s.Annotations).To(HaveLen(2), "the input was changed")
 	s.Labels[Label] = "true"
 	out, _ = Transform(s)
 	g.Expect(out).To(BeIdenticalTo(s))
+	g.Expect(s.Data).NotTo(BeNil())
+	g.Expect(s.ManagedFields).To(BeNil(), "a cached Secret keeps its data, not its managed fields")
 	small := secret("b", "1", KeepBytes-1) // plus the key "k": exactly KeepBytes
 	out, _ = Transform(small)
 	g.Expect(out).To(BeIdenticalTo(small))

@@ -553,8 +553,14 @@ func leaderElectionID(o Options) string {
 // cacheOptions restricts the cache to the watched namespaces and, for
 // Converge's own kinds only, to this manager's shard. Children (Pods,
 // Secrets, ...) are not labelled with the shard, so they are not filtered.
+// Cached objects carry no managedFields: no controller reads them from the
+// shared cache (the Sync controller's prune and drift checks read them with
+// their own clients and drift cache), and a write from a cached object
+// without them leaves the server's untouched. They were a large part of a
+// cached Certificate or CertificateRequest (bench/README.md, "Memory of the
+// manager, certificates").
 func cacheOptions(o Options) cache.Options {
-	co := cache.Options{ByObject: map[client.Object]cache.ByObject{}}
+	co := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cache.TransformStripManagedFields()}
 	if len(o.WatchNamespaces) > 0 {
 		co.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.WatchNamespaces {

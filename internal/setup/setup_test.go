@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -127,6 +128,11 @@ func TestCacheOptionsShardConvergeKindsOnly(t *testing.T) {
 		g.Expect(by.Label.String()).To(Equal(ShardSelector("a").String()))
 	}
 	g.Expect(cacheOptions(Options{}).DefaultNamespaces).To(BeEmpty(), "no namespaces: watch all")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
+	out, err := co.DefaultTransform(cm)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.(*corev1.ConfigMap).ManagedFields).To(BeNil(), "cached objects carry no managed fields")
+	g.Expect(out.(*corev1.ConfigMap).Name).To(Equal("x"))
 	g.Expect(cacheOptions(Options{CacheAllSecretData: true}).ByObject).NotTo(HaveKey(BeAssignableToTypeOf(&corev1.Secret{})),
 		"--cache-all-secret-data: Secrets cached as controller-runtime caches them")
 

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -60,23 +58,6 @@ const (
 // +kubebuilder:rbac:groups=pki.converge.dev,resources=issuers;clusterissuers,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-
-var (
-	expiryGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "converge_certificate_expiration_timestamp_seconds",
-		Help: "The notAfter of the certificate in each Certificate's Secret, in Unix seconds.",
-	}, []string{"namespace", "name", "issuer_name", "issuer_kind", "issuer_group"})
-	renewalGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "converge_certificate_renewal_timestamp_seconds",
-		Help: "When each Certificate will be renewed, in Unix seconds.",
-	}, []string{"namespace", "name", "issuer_name", "issuer_kind", "issuer_group"})
-	readyGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "converge_certificate_ready_status",
-		Help: "The Ready condition of each Certificate: 1 for the condition's current status, 0 for the others.",
-	}, []string{"namespace", "name", "condition", "issuer_name", "issuer_kind", "issuer_group"})
-)
-
-func init() { metrics.Registry.MustRegister(expiryGauge, renewalGauge, readyGauge) }
 
 // Reconciler reconciles Certificates.
 type Reconciler struct {
@@ -113,6 +94,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 8
+	}
+	if err := addMetrics(mgr); err != nil {
+		return err
 	}
 	ctx := context.Background() //nolint:forbidigo // index registration has no request context
 	idx := mgr.GetFieldIndexer()
@@ -192,9 +176,6 @@ func (r *Reconciler) certificatesForIssuer(kind string) handler.MapFunc {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	var cert pkiv1alpha1.Certificate
 	if err := r.Get(ctx, req.NamespacedName, &cert); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			forgetMetrics(req.Namespace, req.Name)
-		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cert.DeletionTimestamp.IsZero() {
@@ -204,7 +185,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	s := &scope{cert: &cert, now: r.Now()}
 	defer func() {
 		cert.Status.ObservedGeneration = cert.Generation
-		recordMetrics(&cert)
 		if err := patcher.Patch(ctx, &cert); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patching the status: %w", err))
 		}

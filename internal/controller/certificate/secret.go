@@ -257,31 +257,3 @@ func (r *Reconciler) prune(ctx context.Context, c *pkiv1alpha1.Certificate, rev 
 	}
 	return nil
 }
-
-func recordMetrics(c *pkiv1alpha1.Certificate) {
-	name, kind, group := issuerLabels(c)
-	if c.Status.NotAfter != nil {
-		expiryGauge.WithLabelValues(c.Namespace, c.Name, name, kind, group).Set(float64(c.Status.NotAfter.Unix()))
-	}
-	if c.Status.RenewalTime != nil {
-		renewalGauge.WithLabelValues(c.Namespace, c.Name, name, kind, group).Set(float64(c.Status.RenewalTime.Unix()))
-	}
-	status := "Unknown"
-	if cond := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition); cond != nil {
-		status = string(cond.Status)
-	}
-	for _, s := range []string{"True", "False", "Unknown"} {
-		v := 0.0
-		if s == status {
-			v = 1
-		}
-		readyGauge.WithLabelValues(c.Namespace, c.Name, s, name, kind, group).Set(v)
-	}
-}
-
-func forgetMetrics(ns, name string) {
-	l := map[string]string{"namespace": ns, "name": name}
-	expiryGauge.DeletePartialMatch(l)
-	renewalGauge.DeletePartialMatch(l)
-	readyGauge.DeletePartialMatch(l)
-}
