@@ -148,3 +148,44 @@ func TestAbortLeavesAnotherCordon(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
 	g.Expect(node.Spec.Unschedulable).To(BeTrue(), "still cordoned after the abort")
 }
+
+// After its Uncordon step a cordon is not the upgrade's: a Node cordoned
+// again (by someone else) while the upgrade waits in the Machine's
+// PostCheck stays cordoned when the upgrade is deleted.
+func TestDeleteAfterUncordonLeavesTheNode(t *testing.T) {
+	ns := need(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ms := fleet(t, ns, "dp", 1)
+	m := &machinev1alpha1.Machine{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(ms[0]), m)).To(Succeed())
+	base := m.DeepCopy()
+	m.Labels["hold"] = "true"
+	g.Expect(env.Client.Patch(ctx, m, client.MergeFrom(base))).To(Succeed())
+
+	u := newUpgrade(ns, "del", "dp", 1)
+	u.Spec.PostChecks = append(u.Spec.PostChecks, upgradev1alpha1.Check{Name: "not-held", Expression: `!("hold" in machine.metadata.labels)`})
+	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
+	waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
+		g.Expect(u.Status.CurrentStep).To(Equal("dp-0/PostCheck"))
+		g.Expect(u.Status.Machine("dp-0").Message).To(ContainSubstring("check not-held is false"))
+	})
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, node)).To(Succeed())
+	g.Expect(node.Spec.Unschedulable).To(BeFalse(), "uncordoned by the Uncordon step")
+	nb := node.DeepCopy()
+	node.Spec.Unschedulable = true
+	g.Expect(env.Client.Patch(ctx, node, client.MergeFrom(nb))).To(Succeed())
+
+	g.Expect(env.Client.Delete(ctx, u)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), &upgradev1alpha1.MachineUpgrade{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the MachineUpgrade is gone: %v", err)
+	}).WithTimeout(wait).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(events(g, t, ns, "MachineUpgrade", "del")).To(ContainElement(
+			machineupgrade.EventDeleted + ": Machine dp-0: deleted after step PostCheck (Running): power cycled into v2 2.0"))
+	}).WithTimeout(wait).Should(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
+	g.Expect(node.Spec.Unschedulable).To(BeTrue(), "the cordon made after the upgrade's uncordon stays")
+}
