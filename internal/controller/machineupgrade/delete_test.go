@@ -2,6 +2,7 @@ package machineupgrade_test
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -188,4 +189,37 @@ func TestDeleteAfterUncordonLeavesTheNode(t *testing.T) {
 	}).WithTimeout(wait).Should(Succeed())
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
 	g.Expect(node.Spec.Unschedulable).To(BeTrue(), "the cordon made after the upgrade's uncordon stays")
+}
+
+// Deleting a Stalled upgrade leaves its Failed Machine as an abort would
+// (it was power cycled: nothing is put back) and does not touch the
+// Pending one.
+func TestDeleteStalled(t *testing.T) {
+	ns := need(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	fleet(t, ns, "ds", 2)
+	pauseMachine(t, ns, "ds-0", true)
+	u := newUpgrade(ns, "del", "ds", 1)
+	u.Spec.Strategy.MaxAttempts = 1
+	u.Spec.Timeouts.WaitForBoot = &metav1.Duration{Duration: time.Second}
+	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
+	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
+		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
+	})
+	g.Expect(u.Status.Machine("ds-0").State).To(Equal(upgradev1alpha1.MachineFailed))
+	g.Expect(u.Status.Machine("ds-1").State).To(Equal(upgradev1alpha1.MachinePending))
+	g.Expect(env.Client.Delete(ctx, u)).To(Succeed())
+	gone(t, u)
+	g.Eventually(func(g Gomega) {
+		g.Expect(events(g, t, ns, "MachineUpgrade", u.Name)).To(ContainElement(
+			HavePrefix(machineupgrade.EventDeleted + ": Machine ds-0: deleted after step WaitForBoot (Failed): power cycled into v2 2.0; Node ")))
+	}).WithTimeout(wait).Should(Succeed())
+	g.Expect(events(g, t, ns, "MachineUpgrade", u.Name)).NotTo(ContainElement(HavePrefix(machineupgrade.EventDeleted+": Machine ds-1:")), "the Pending Machine is not visited")
+	m := &machinev1alpha1.Machine{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ds-1"}, m)).To(Succeed())
+	g.Expect(m.Spec.Image).To(Equal("v1"))
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, node)).To(Succeed())
+	g.Expect(node.Spec.Unschedulable).To(BeFalse())
 }

@@ -564,7 +564,11 @@ func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) erro
 		case node == nil || !inCordon(mp):
 		case !ownCordon(mp):
 			if node.Spec.Unschedulable {
-				left += "; Node " + node.Name + " left cordoned (it was cordoned before the upgrade)"
+				whose := "it was cordoned before the upgrade"
+				if mp.CordonedBy == "" {
+					whose = "whether the upgrade cordoned it was not recorded"
+				}
+				left += "; Node " + node.Name + " left cordoned (" + whose + ")"
 			}
 		case m.Status.PowerState == machinev1alpha1.PowerOn:
 			// Read uncached: a cordon written a moment ago may not be in the

@@ -1,6 +1,8 @@
 package machineupgrade_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,4 +132,49 @@ func TestDeleteStoredBeforeTheFinalizer(t *testing.T) {
 		g.Expect(events(g, t, ns, "MachineUpgrade", u.Name)).To(ContainElement(
 			machineupgrade.EventDeleted + ": Machine sb-0: deleted after step Drain (Running): not changed; Node " + node.Name + " uncordoned"))
 	}).WithTimeout(wait).Should(Succeed())
+}
+
+// Deleted in stored states, before a manager runs again: the cordon is
+// taken back only while it may be the upgrade's.
+func TestDeleteStoredStates(t *testing.T) {
+	tests := []struct {
+		name       string
+		step       upgradev1alpha1.StepName
+		stepState  upgradev1alpha1.StepState
+		by         upgradev1alpha1.CordonedBy
+		uncordoned bool
+		left       string // the Deleted Event's end; %s is the Node
+	}{
+		// The uncordon may not be written yet: written now.
+		{"Uncordon running", upgradev1alpha1.StepUncordon, upgradev1alpha1.StepStateRunning, upgradev1alpha1.CordonedByUpgrade, true,
+			"deleted after step Uncordon (Running): power cycled into v2 2.0; Node %s uncordoned"},
+		// The uncordon was written: a cordon since is someone else's.
+		{"Uncordon succeeded", upgradev1alpha1.StepUncordon, upgradev1alpha1.StepStateSucceeded, upgradev1alpha1.CordonedByUpgrade, false,
+			"deleted after step Uncordon (Succeeded): power cycled into v2 2.0"},
+		// Stored before cordonedBy: a cordon whose step did not succeed may
+		// be someone else's, and is left.
+		{"Cordon running stored before cordonedBy", upgradev1alpha1.StepCordon, upgradev1alpha1.StepStateRunning, "", false,
+			"deleted after step Cordon (Running): not changed; Node %s left cordoned (whether the upgrade cordoned it was not recorded)"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := "ss" + string(rune('a'+i))
+			ns, start := storedFleet(t, pool)
+			u, node := stored(t, ns, pool, tt.step, tt.stepState, tt.by, []string{upgradev1alpha1.MachineUpgradeFinalizer})
+			g := NewWithT(t)
+			g.Expect(env.Client.Delete(t.Context(), u)).To(Succeed())
+			start()
+			gone(t, u)
+			left := tt.left
+			if strings.Contains(left, "%s") {
+				left = fmt.Sprintf(left, node.Name)
+			}
+			g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(node), node)).To(Succeed())
+			g.Expect(node.Spec.Unschedulable).To(Equal(!tt.uncordoned))
+			g.Eventually(func(g Gomega) {
+				g.Expect(events(g, t, ns, "MachineUpgrade", u.Name)).To(ContainElement(
+					machineupgrade.EventDeleted + ": Machine " + pool + "-0: " + left))
+			}).WithTimeout(wait).Should(Succeed())
+		})
+	}
 }
