@@ -49,6 +49,12 @@ const (
 	InvalidSpecReason = "InvalidSpec"
 )
 
+// MachineUpgradeFinalizer is held by the MachineUpgrade controller while an
+// upgrade is unfinished: its deletion first leaves every Machine in flight
+// as an abort leaves it (a cordon of the upgrade's own taken back while the
+// machine runs), then the finalizer is removed. See docs/upgrades.md.
+const MachineUpgradeFinalizer = "upgrade.converge.dev/machineupgrade"
+
 // Annotations are the verbs a person (or `converge upgrade`) writes on a
 // MachineUpgrade.
 const (

@@ -80,6 +80,22 @@ const (
 	MachineAborted MachineState = "Aborted"
 )
 
+// CordonedBy says who cordoned a Machine's Node, as seen when the Cordon
+// step started.
+// +kubebuilder:validation:Enum=Upgrade;Other
+type CordonedBy string
+
+// Who cordoned a Node.
+const (
+	// CordonedByUpgrade: the Node was schedulable when the Cordon step
+	// started; the cordon is the upgrade's, and an abort, a skip or the
+	// deletion of the upgrade takes it back (while the machine runs).
+	CordonedByUpgrade CordonedBy = "Upgrade"
+	// CordonedByOther: the Node was already unschedulable when the Cordon
+	// step started; an abort, a skip or the deletion leaves it cordoned.
+	CordonedByOther CordonedBy = "Other"
+)
+
 // UpgradePhase is a one-word summary for people; automation reads the
 // conditions.
 // +kubebuilder:validation:Enum=Pending;PreChecks;Upgrading;PostChecks;Succeeded;Failed;Aborted;Paused
@@ -279,6 +295,14 @@ type MachineProgress struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	PreviousVersion string `json:"previousVersion,omitempty"`
+	// cordonedBy records, before the Cordon step writes, whether the
+	// Machine's Node was schedulable then (Upgrade: the cordon is the
+	// upgrade's own) or already cordoned by someone else (Other). Unset
+	// before the Cordon step, when the Machine has no Node, and in progress
+	// recorded before this field existed (then a Cordon step that
+	// succeeded counts as Upgrade).
+	// +optional
+	CordonedBy CordonedBy `json:"cordonedBy,omitempty"`
 	// started is when the Machine's first step started.
 	// +optional
 	Started *metav1.Time `json:"started,omitempty"`

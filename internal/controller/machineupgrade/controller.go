@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -69,9 +70,12 @@ const (
 	EventSkipped       = "Skipped"
 	EventAborted       = "Aborted"
 	EventRetry         = "Retry"
+	// EventDeleted: the upgrade was deleted mid-way; the note says what
+	// was left of the Machine (as an abort leaves it).
+	EventDeleted = "Deleted"
 )
 
-// +kubebuilder:rbac:groups=upgrade.converge.dev,resources=machineupgrades,verbs=get;list;watch
+// +kubebuilder:rbac:groups=upgrade.converge.dev,resources=machineupgrades,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=upgrade.converge.dev,resources=machineupgrades/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=bmc.converge.dev,resources=machinebmcs,verbs=get;list;watch
@@ -185,11 +189,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.APIReader.Get(ctx, req.NamespacedName, u); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !u.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineUpgrade", req.String()))
 	s := &scope{u: u, base: u.DeepCopy(), now: r.Now(), startedHere: map[string]bool{}}
+	if !u.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	// The finalizer is added before the first side effect (an unfinished
+	// upgrade stored before it existed gets it here too); a finished one
+	// has nothing to undo and is not given it.
+	if !u.Finished() && !controllerutil.ContainsFinalizer(u, upgradev1alpha1.MachineUpgradeFinalizer) {
+		return r.setFinalizer(ctx, s, true)
+	}
 	defer func() {
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			u.Status.ObservedGeneration = u.Generation
@@ -210,6 +220,55 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.requeue}, nil
+}
+
+// reconcileDelete leaves every Machine in flight as an abort leaves it
+// (never a reset, never a further image write, nothing deleted), each
+// checkpointed Aborted with a Deleted Event saying what was left, then
+// removes the finalizer. A Machine already left is not visited again, so a
+// reconcile stopped at any point and run again does the rest.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s.u, upgradev1alpha1.MachineUpgradeFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	for i := range s.u.Status.Machines {
+		mp := &s.u.Status.Machines[i]
+		if mp.State != upgradev1alpha1.MachineUpgrading && mp.State != upgradev1alpha1.MachineFailed {
+			continue
+		}
+		if err := r.leave(ctx, s, mp.Name, whyDeleted); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	return r.setFinalizer(ctx, s, false)
+}
+
+// setFinalizer adds or removes the finalizer with a merge patch locked on
+// the resourceVersion read (the list is replaced whole), and asks for the
+// next reconcile to read the upgrade again.
+func (r *Reconciler) setFinalizer(ctx context.Context, s *scope, on bool) (ctrl.Result, error) {
+	base := s.u.DeepCopy()
+	if on {
+		controllerutil.AddFinalizer(s.u, upgradev1alpha1.MachineUpgradeFinalizer)
+	} else {
+		controllerutil.RemoveFinalizer(s.u, upgradev1alpha1.MachineUpgradeFinalizer)
+	}
+	if err := r.Patch(ctx, s.u, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return ctrl.Result{}, nil
+		case apierrors.IsConflict(err):
+			return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("setting the finalizer of %s: %w", client.ObjectKeyFromObject(s.u), err)
+	}
+	if !on {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 }
 
 // checkpoint writes the status as a merge patch locked on the

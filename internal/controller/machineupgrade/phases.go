@@ -528,10 +528,14 @@ func (r *Reconciler) machineRef(ctx context.Context, u *upgradev1alpha1.MachineU
 	return m
 }
 
-// leave stops upgrading a Machine (abort or skip) in a defined state: an
-// image written but not yet booted is put back, and a Node this upgrade
-// cordoned is uncordoned if its machine runs. It is marked Aborted (or
-// Skipped) with what was left in the message.
+// whyDeleted is leave's why when the upgrade is being deleted.
+const whyDeleted = "deleted"
+
+// leave stops upgrading a Machine (abort, skip or deletion) in a defined
+// state: an image written but not yet booted is put back, and a cordon of
+// the upgrade's own (ownCordon) is taken back if the machine runs. It is
+// marked Aborted (or Skipped) with what was left in the message and an
+// Event (Aborted, Skipped or Deleted). It never resets a machine.
 func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) error {
 	u := s.u
 	mp := u.Status.Machine(name)
@@ -552,33 +556,79 @@ func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) erro
 		} else if done >= stepIndex(upgradev1alpha1.StepPowerCycle) {
 			left = "power cycled into " + u.Spec.Image + " " + u.Spec.Version
 		}
-		if done >= stepIndex(upgradev1alpha1.StepCordon) {
-			node, err := r.machineNode(ctx, m)
-			if err != nil {
+		node, err := r.machineNode(ctx, m)
+		if err != nil {
+			return err
+		}
+		switch {
+		case node == nil || !inCordon(mp):
+		case !ownCordon(mp):
+			if node.Spec.Unschedulable {
+				whose := "it was cordoned before the upgrade"
+				if mp.CordonedBy == "" {
+					whose = "whether the upgrade cordoned it was not recorded"
+				}
+				left += "; Node " + node.Name + " left cordoned (" + whose + ")"
+			}
+		case m.Status.PowerState == machinev1alpha1.PowerOn:
+			// Read uncached: a cordon written a moment ago may not be in the
+			// cache yet, and uncordon writes only what differs.
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+				return fmt.Errorf("reading Node %s: %w", node.Name, err)
+			}
+			if _, err := uncordon(ctx, r.Client, node); err != nil {
 				return err
 			}
-			switch {
-			case node == nil:
-			case m.Status.PowerState == machinev1alpha1.PowerOn:
-				if _, err := uncordon(ctx, r.Client, node); err != nil {
-					return err
-				}
-				left += "; Node " + node.Name + " uncordoned"
-			default:
-				left += "; Node " + node.Name + " left cordoned (the machine is not running)"
-			}
+			left += "; Node " + node.Name + " uncordoned"
+		default:
+			left += "; Node " + node.Name + " left cordoned (the machine is not running)"
 		}
 		mp.Message = truncate(why + " after step " + string(mp.Step) + " (" + string(mp.StepState) + "): " + left)
+	} else {
+		mp.Message = truncate(why + " after step " + string(mp.Step) + " (" + string(mp.StepState) + "): the Machine is gone")
 	}
 	mp.Finished = now(s)
-	if strings.HasPrefix(why, "skipped") {
+	switch {
+	case strings.HasPrefix(why, "skipped"):
 		mp.State = upgradev1alpha1.MachineSkipped
 		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventSkipped, "Skip", "Machine %s: %s", name, mp.Message)
-	} else {
+	case why == whyDeleted:
+		mp.State = upgradev1alpha1.MachineAborted
+		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventDeleted, "Delete", "Machine %s: %s", name, mp.Message)
+	default:
 		mp.State = upgradev1alpha1.MachineAborted
 		r.event(s, r.machineRef(ctx, u, name), corev1.EventTypeNormal, EventAborted, "Abort", "Machine %s: %s", name, mp.Message)
 	}
 	return r.checkpoint(ctx, s)
+}
+
+// inCordon reports whether the Machine is between its cordon and its
+// uncordon: the Cordon step started (its write may be done) and the
+// Uncordon step has not succeeded.
+func inCordon(mp *upgradev1alpha1.MachineProgress) bool {
+	i := stepIndex(mp.Step)
+	if i < stepIndex(upgradev1alpha1.StepCordon) {
+		return false
+	}
+	return i < stepIndex(upgradev1alpha1.StepUncordon) || (mp.Step == upgradev1alpha1.StepUncordon && mp.StepState != upgradev1alpha1.StepStateSucceeded)
+}
+
+// ownCordon reports whether the Machine's Node may carry this upgrade's
+// cordon, not yet taken back: it is inCordon and the Node was schedulable
+// when the Cordon step started (recorded before the cordon was written, so
+// a cordon written just before the manager stopped counts). Progress
+// recorded before cordonedBy existed counts a Cordon step that succeeded.
+func ownCordon(mp *upgradev1alpha1.MachineProgress) bool {
+	if !inCordon(mp) {
+		return false
+	}
+	switch mp.CordonedBy {
+	case upgradev1alpha1.CordonedByOther:
+		return false
+	case upgradev1alpha1.CordonedByUpgrade:
+		return true
+	}
+	return mp.Step != upgradev1alpha1.StepCordon || mp.StepState == upgradev1alpha1.StepStateSucceeded
 }
 
 // abortAll ends an upgrade aborted before any Machine was touched.

@@ -155,6 +155,7 @@ func TestManagerKilledInEveryStep(t *testing.T) {
 			for _, m := range ms {
 				mp := u.Status.Machine(m.Name)
 				g.Expect(mp.State).To(Equal(upgradev1alpha1.MachineUpgraded))
+				g.Expect(mp.CordonedBy).To(Equal(upgradev1alpha1.CordonedByUpgrade), "%s: recorded once, before its cordon", m.Name)
 				g.Expect(se.get(se.images, m.Name)).To(Equal(1), "%s: SetImage side effects", m.Name)
 				g.Expect(se.get(se.powerOffs, m.Name)).To(Equal(1), "%s: power cycles (spec.powerState -> Off)", m.Name)
 				g.Expect(se.get(se.cordons, m.Name)).To(Equal(1), "%s: cordons", m.Name)

@@ -50,6 +50,22 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		if err != nil || node == nil {
 			return err == nil, "", err
 		}
+		if mp.CordonedBy == "" {
+			// Before the first cordon write, record (read uncached) whether
+			// the Node is already cordoned: an abort, skip or deletion takes
+			// back only the upgrade's own cordon. A resumed step trusts the
+			// record: its cordon may have been written since.
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+				return false, "", fmt.Errorf("reading Node %s: %w", node.Name, err)
+			}
+			mp.CordonedBy = upgradev1alpha1.CordonedByUpgrade
+			if node.Spec.Unschedulable {
+				mp.CordonedBy = upgradev1alpha1.CordonedByOther
+			}
+			if err := r.checkpoint(ctx, s); err != nil {
+				return false, "", err
+			}
+		}
 		_, err = cordon(ctx, r.Client, node)
 		return err == nil, "", err
 

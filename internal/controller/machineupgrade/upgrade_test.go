@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,6 +77,14 @@ func TestUpgradeThroughRedfish(t *testing.T) {
 			g.Expect(ev).To(ContainElement(HavePrefix("RedfishReset: Machine " + m.Name + ": Redfish ComputerSystem.Reset PowerCycle sent")))
 		}).WithTimeout(wait).Should(Succeed())
 	}
+
+	// A finished upgrade has nothing to undo: it is deleted at once.
+	g.Expect(u.Finalizers).To(ContainElement(upgradev1alpha1.MachineUpgradeFinalizer), "held since the first step")
+	g.Expect(env.Client.Delete(ctx, u)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), &upgradev1alpha1.MachineUpgrade{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the MachineUpgrade is gone: %v", err)
+	}).WithTimeout(wait).Should(Succeed())
 }
 
 // The samples (Machine worker-1, its MachineBMC and the MachineUpgrade

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
@@ -143,7 +144,9 @@ func Overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.Machine
 
 // overlap names the first unfinished MachineUpgrade of others (oldest
 // first, then by name; u itself is skipped) that selects one of ms, or
-// lists it in its status, or returns "". It sorts a copy of others.
+// lists it in its status, or returns "". One being deleted counts while it
+// holds the upgrade's finalizer: its controller may still take back its
+// cordons. It sorts a copy of others.
 func overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.MachineUpgrade, ms []machinev1alpha1.Machine) string {
 	others = slices.Clone(others)
 	sort.Slice(others, func(i, j int) bool {
@@ -155,7 +158,8 @@ func overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.Machine
 	})
 	for i := range others {
 		o := &others[i]
-		if o.Name == u.Name || o.Finished() || !o.DeletionTimestamp.IsZero() {
+		deleting := !o.DeletionTimestamp.IsZero()
+		if o.Name == u.Name || o.Finished() || (deleting && !controllerutil.ContainsFinalizer(o, upgradev1alpha1.MachineUpgradeFinalizer)) {
 			continue
 		}
 		osel, err := metav1.LabelSelectorAsSelector(&o.Spec.Selector)
@@ -171,6 +175,10 @@ func overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.Machine
 		if len(shared) > 0 {
 			if len(shared) > 5 {
 				shared = append(shared[:5], fmt.Sprintf("and %d more", len(shared)-5))
+			}
+			if deleting {
+				return fmt.Sprintf("MachineUpgrade %s (phase %s, being deleted) still upgrades Machine(s) %s; wait until it is gone",
+					o.Name, orPending(o.Status.Phase), strings.Join(shared, ", "))
 			}
 			return fmt.Sprintf("MachineUpgrade %s (phase %s) already upgrades Machine(s) %s; wait for it to finish, or abort it",
 				o.Name, orPending(o.Status.Phase), strings.Join(shared, ", "))

@@ -129,6 +129,10 @@ func TestOverlap(t *testing.T) {
 		{"being deleted", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
 			u.DeletionTimestamp, u.Finalizers = &t0, []string{"x"}
 		})}, ""},
+		{"being deleted, its cordons not yet taken back", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
+			u.DeletionTimestamp, u.Finalizers = &t0, []string{"x", upgradev1alpha1.MachineUpgradeFinalizer}
+			u.Status.Phase = upgradev1alpha1.PhaseUpgrading
+		})}, "spec.selector: Forbidden: MachineUpgrade o (phase Upgrading, being deleted) still upgrades Machine(s) a-0, a-1; wait until it is gone"},
 		{"itself", []*upgradev1alpha1.MachineUpgrade{upgrade("u", "a")}, ""},
 		{"unparseable selector", []*upgradev1alpha1.MachineUpgrade{with(upgrade("o", "a"), func(u *upgradev1alpha1.MachineUpgrade) {
 			u.Spec.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}
