@@ -25,12 +25,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -202,7 +204,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// per new Database); its update or deletion by anyone is repaired.
 		Owns(&corev1.Secret{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
 		WatchesRawSource(source.Channel(r.observers.events, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, RateLimiter: failureRateLimiter(r.ObserveInterval)}).
 		Build(r)
 	if err != nil {
 		return err
@@ -216,6 +218,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 	return nil
+}
+
+// failureRateLimiter is controller-runtime's default (per-item exponential
+// from 5 ms, and 10 per second overall) with the per-item delay capped at
+// the observe interval instead of 1000 s: a Database whose server failed for
+// a few seconds (a busy instance, connections dropped by a DROP ... FORCE)
+// is tried again within one interval of the server recovering, not minutes
+// later. A server that keeps failing is asked once per interval, as drift
+// observation asks it anyway.
+func failureRateLimiter(interval time.Duration) workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, interval),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // relevantUpdate skips updates that only touch status (ours or the backup

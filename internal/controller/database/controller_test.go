@@ -152,7 +152,8 @@ func TestDriftIsCorrected(t *testing.T) {
 					g.Expect(d.Status.LastDriftCorrected).NotTo(BeNil(), "status: %+v", d.Status)
 					g.Expect(d.Status.LastDriftCorrected.Kind).To(Equal(kind))
 					g.Expect(d.Status.LastDriftCorrected.Message).To(ContainSubstring(msg))
-					g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue())
+					g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue(),
+						"Ready: %+v", meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition))
 					// 90 s: under make test's -race load a MariaDB correction
 					// once took longer than the default 30 s.
 				}).WithTimeout(90 * time.Second).Should(Succeed())
