@@ -25,6 +25,9 @@ type vipState struct {
 	iface     string
 	services  []*corev1.Service
 	dataplane []lbdataplane.Service
+	// notHere: an externalTrafficPolicy Local Service on this address has
+	// ready endpoints, none of them on this node.
+	notHere bool
 }
 
 // desired reads the caches and returns every address this node is
@@ -64,7 +67,7 @@ func (a *agent) desired(ctx context.Context) (map[netip.Addr]*vipState, error) {
 			if svc.UID != as.Service.UID || !lbipam.Wants(svc, a.cfg.DefaultClass) {
 				continue
 			}
-			dp, err := a.dataplaneService(ctx, svc, ip)
+			dp, elsewhere, err := a.dataplaneService(ctx, svc, ip)
 			if err != nil {
 				return nil, err
 			}
@@ -75,6 +78,17 @@ func (a *agent) desired(ctx context.Context) (map[netip.Addr]*vipState, error) {
 			}
 			st.services = append(st.services, svc)
 			st.dataplane = append(st.dataplane, dp)
+			if elsewhere {
+				st.notHere = true
+			}
+		}
+	}
+	// An externalTrafficPolicy Local Service whose ready endpoints are all
+	// on other nodes makes its address ineligible here: announcing it would
+	// draw traffic this node cannot deliver without masquerading.
+	for ip, st := range out {
+		if st.notHere {
+			delete(out, ip)
 		}
 	}
 	return out, nil
@@ -111,14 +125,22 @@ func advertised(pool string, nodeLabels map[string]string, advs []lbv1alpha1.L2A
 // endpoints. Terminating endpoints get no new connections; their existing
 // ones keep flowing through conntrack until they close (drain) while the
 // endpoint still serves (Draining).
-func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip netip.Addr) (lbdataplane.Service, error) {
+//
+// With externalTrafficPolicy Local only the endpoints whose nodeName is
+// this node are used, and elsewhere reports that the Service has ready
+// endpoints on other nodes but none here (the address is then not this
+// node's to announce). A Local Service whose ready endpoints name no node
+// at all is served like one without endpoints (NoReadyEndpoints).
+func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip netip.Addr) (_ lbdataplane.Service, elsewhere bool, _ error) {
 	var sliceList discoveryv1.EndpointSliceList
 	if err := a.cache.List(ctx, &sliceList, client.InNamespace(svc.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-		return lbdataplane.Service{}, err
+		return lbdataplane.Service{}, false, err
 	}
-	out := lbdataplane.Service{Name: svc.Namespace + "/" + svc.Name, VIP: ip,
+	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	out := lbdataplane.Service{Name: svc.Namespace + "/" + svc.Name, VIP: ip, Local: local,
 		ClientIPAffinity: svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP}
+	readyHere, readyOnNodes := false, false
 	for _, sp := range svc.Spec.Ports {
 		proto := ""
 		switch sp.Protocol {
@@ -152,6 +174,14 @@ func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip ne
 				if !draining && (!ptr.Deref(e.Conditions.Ready, true) || terminating) {
 					continue
 				}
+				if local {
+					node := ptr.Deref(e.NodeName, "")
+					if node != a.cfg.NodeName {
+						readyOnNodes = readyOnNodes || (node != "" && !draining)
+						continue
+					}
+					readyHere = readyHere || !draining
+				}
 				for _, s := range e.Addresses {
 					addr, err := netip.ParseAddr(s)
 					if err != nil {
@@ -172,7 +202,7 @@ func (a *agent) dataplaneService(ctx context.Context, svc *corev1.Service, ip ne
 		}
 		out.Ports = append(out.Ports, port)
 	}
-	return out, nil
+	return out, local && readyOnNodes && !readyHere, nil
 }
 
 // leaseName is the Lease of one address.

@@ -83,6 +83,18 @@ type endpoint struct {
 // setEndpoints creates or replaces the Service's EndpointSlice.
 func setEndpoints(t *testing.T, ns, svc string, eps ...endpoint) {
 	t.Helper()
+	var out []discoveryv1.Endpoint
+	for _, e := range eps {
+		out = append(out, discoveryv1.Endpoint{Addresses: []string{e.ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Terminating: ptr.To(e.terminating)}})
+	}
+	setSlice(t, ns, svc, out)
+}
+
+// setSlice creates or replaces the Service's EndpointSlice with these
+// endpoints.
+func setSlice(t *testing.T, ns, svc string, eps []discoveryv1.Endpoint) {
+	t.Helper()
 	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc + "-manual",
 		Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "lbagent-test"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -90,10 +102,7 @@ func setEndpoints(t *testing.T, ns, svc string, eps ...endpoint) {
 			{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))},
 			{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(int32(5353))},
 		}}
-	for _, e := range eps {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Terminating: ptr.To(e.terminating)}})
-	}
+	es.Endpoints = eps
 	cur := &discoveryv1.EndpointSlice{}
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(es), cur); err == nil {
 		cur.Endpoints, cur.Ports = es.Endpoints, es.Ports

@@ -117,10 +117,17 @@ func (p *prober) check(ctx context.Context, dp lbdataplane.Service) (metav1.Cond
 		tcp = append(tcp, target)
 	}
 	if withEndpoints == 0 {
+		if dp.Local {
+			return metav1.ConditionFalse, lbv1alpha1.NoReadyEndpointsReason,
+				fmt.Sprintf("address %s announced by node %s, but the Service has no ready endpoint on any node (externalTrafficPolicy Local uses only endpoints that name their node)", dp.VIP, p.a.cfg.NodeName)
+		}
 		return metav1.ConditionFalse, lbv1alpha1.NoReadyEndpointsReason,
 			fmt.Sprintf("address %s announced by node %s, but the Service has no ready endpoints", dp.VIP, p.a.cfg.NodeName)
 	}
 	msg := fmt.Sprintf("announced by node %s", p.a.cfg.NodeName)
+	if dp.Local {
+		msg += " (externalTrafficPolicy Local: its endpoints on that node, client addresses kept)"
+	}
 	if len(tcp) > 0 {
 		msg = fmt.Sprintf("reached an endpoint through %s; %s", strings.Join(tcp, ", "), msg)
 	}

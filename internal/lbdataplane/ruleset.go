@@ -16,13 +16,22 @@ import (
 // Table is the nftables table (family ip) Converge owns.
 const Table = "converge_lb"
 
-// masqMarkValue is the conntrack mark bit that asks postrouting to
-// masquerade a connection Converge DNATed, so replies return through this
-// node. It also tells Conntrack which entries are Converge's.
+// masqMarkValue is the conntrack mark bit Converge's rules set on every
+// connection they DNAT. It tells Conntrack which entries are Converge's,
+// and asks postrouting to masquerade the connection (so replies return
+// through this node) unless localMarkValue is set too.
 const masqMarkValue = 0x00004000
 
-// masqMark is masqMarkValue as nft writes it.
-var masqMark = fmt.Sprintf("0x%08x", masqMarkValue)
+// localMarkValue, set with masqMarkValue, marks a connection of an
+// externalTrafficPolicy Local Service: DNATed to an endpoint on this node
+// and not masqueraded, so the endpoint sees the client's address.
+const localMarkValue = 0x00008000
+
+// masqMark, localMark and bothMarks are the marks as nft writes them.
+var (
+	masqMark  = fmt.Sprintf("0x%08x", masqMarkValue)
+	bothMarks = fmt.Sprintf("0x%08x", masqMarkValue|localMarkValue)
+)
 
 // Service is one virtual IP's listeners.
 type Service struct {
@@ -32,7 +41,12 @@ type Service struct {
 	// ClientIPAffinity sends each client address to one endpoint (hash of
 	// the source address) instead of a random one per connection.
 	ClientIPAffinity bool
-	Ports            []Port
+	// Local is externalTrafficPolicy Local: the endpoints are this node's
+	// own and connections are not masqueraded, so an endpoint sees the
+	// client's source address. The endpoints must route their replies
+	// through this node (they sit behind it, as Pods do).
+	Local bool
+	Ports []Port
 }
 
 // Port is one VIP port and the endpoints it spreads new connections over.
@@ -79,7 +93,11 @@ func Render(svcs []Service) string {
 			chain := fmt.Sprintf("svc_%d", n)
 			n++
 			elems = append(elems, fmt.Sprintf("%s . %s . %d : goto %s", s.VIP, p.Protocol, p.Port, chain))
-			fmt.Fprintf(&chains, "\tchain %s {\n\t\tct mark set ct mark | %s comment %q\n", chain, masqMark, s.Name+" "+p.Protocol+"/"+fmt.Sprint(p.Port))
+			mark := masqMark
+			if s.Local {
+				mark = bothMarks
+			}
+			fmt.Fprintf(&chains, "\tchain %s {\n\t\tct mark set ct mark | %s comment %q\n", chain, mark, s.Name+" "+p.Protocol+"/"+fmt.Sprint(p.Port))
 			eps := append([]netip.AddrPort(nil), p.Endpoints...)
 			sort.Slice(eps, func(i, j int) bool { return eps[i].Compare(eps[j]) < 0 })
 			if len(eps) == 1 {
@@ -106,7 +124,7 @@ func Render(svcs []Service) string {
 	b.WriteString("\t}\n")
 	b.WriteString("\tchain prerouting {\n\t\ttype nat hook prerouting priority -100; policy accept;\n\t\tip daddr . meta l4proto . th dport vmap @vips\n\t}\n")
 	b.WriteString("\tchain output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tip daddr . meta l4proto . th dport vmap @vips\n\t}\n")
-	fmt.Fprintf(&b, "\tchain postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\t\tct mark & %s == %s masquerade\n\t}\n", masqMark, masqMark)
+	fmt.Fprintf(&b, "\tchain postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n\t\tct mark & %s == %s masquerade\n\t}\n", bothMarks, masqMark)
 	b.WriteString(chains.String())
 	b.WriteString("}\n")
 	return b.String()

@@ -180,13 +180,24 @@ func (t *Topology) Prefix() string { return t.prefix }
 
 // ServeHTTP runs an HTTP server in a namespace answering its name.
 func (t *Topology) ServeHTTP(ns, addr, name string) error {
+	return t.serveHTTP(ns, addr, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })
+}
+
+// ServeHTTPPeer runs an HTTP server in a namespace answering the address
+// the connection came from (to tell a masqueraded client from a kept one).
+func (t *Topology) ServeHTTPPeer(ns, addr string) error {
+	return t.serveHTTP(ns, addr, func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		_, _ = io.WriteString(w, host)
+	})
+}
+
+func (t *Topology) serveHTTP(ns, addr string, h http.HandlerFunc) error {
 	var ln net.Listener
 	if err := netns.Do(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		return err
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, name)
-	})}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	t.onClose(func() { _ = srv.Close() })
 	return nil
@@ -262,6 +273,21 @@ func UDP(ns, addr, payload string, timeout time.Duration) (string, error) {
 // the client through node (plain IPv4 forwarding, no NAT, symmetric), so a
 // benchmark can tell the cost of the extra hop from the cost of the rules.
 func (t *Topology) RoutedFloor(ctx context.Context, be, node int) (netip.Addr, error) {
+	addr, err := t.BehindNode(ctx, be, node)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if _, err := netns.Run(ctx, t.Client, "ip", "route", "add", addr.String()+"/32", "via", t.NodeIPs[node].String()); err != nil {
+		return netip.Addr{}, err
+	}
+	return addr, nil
+}
+
+// BehindNode gives backend be a second address (10.78.0.20+be) that only
+// node routes to, and whose replies go through node, as a Pod sits behind
+// its node: what externalTrafficPolicy Local needs to keep the client's
+// address. Other nodes have no route to it.
+func (t *Topology) BehindNode(ctx context.Context, be, node int) (netip.Addr, error) {
 	addr := netip.AddrFrom4([4]byte{10, 78, 0, byte(20 + be)}) //nolint:gosec // a few backends per topology
 	nodeIP, beIP := t.NodeIPs[node].String(), t.BackendIPs[be].String()
 	table := strconv.Itoa(100 + be)
@@ -269,7 +295,6 @@ func (t *Topology) RoutedFloor(ctx context.Context, be, node int) (netip.Addr, e
 		{t.Backends[be], "ip", "addr", "add", addr.String() + "/32", "dev", "eth0"},
 		{t.Backends[be], "ip", "rule", "add", "from", addr.String(), "table", table},
 		{t.Backends[be], "ip", "route", "add", "default", "via", nodeIP, "table", table},
-		{t.Client, "ip", "route", "add", addr.String() + "/32", "via", nodeIP},
 		{t.Nodes[node], "ip", "route", "add", addr.String() + "/32", "via", beIP},
 	} {
 		if _, err := netns.Run(ctx, c[0], c[1], c[2:]...); err != nil {
