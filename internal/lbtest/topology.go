@@ -188,7 +188,9 @@ func (t *Topology) ServeHTTP(ns, addr, name string) error {
 func (t *Topology) ServeHTTPPeer(ns, addr string) error {
 	return t.serveHTTP(ns, addr, func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		_, _ = io.WriteString(w, host)
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, host) //nolint:gosec // a test server's plain-text answer: the peer's own address
+
 	})
 }
 
