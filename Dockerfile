@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The Converge manager image: a static binary on Debian slim with the
 # database clients the backup-before-delete controller runs (pg_dump and psql
-# 15, mariadb-dump and mariadb), running as non-root. Build with
+# 15, mariadb-dump and mariadb) and the tools the LoadBalancer agent runs (nft, ip),
+# running as non-root (the agent DaemonSet runs it as root). Build with
 # `make docker-build` (VERSION is stamped into the binary).
 
 FROM golang:1.26 AS builder
@@ -24,7 +25,7 @@ RUN CGO_ENABLED=0 go build -trimpath -tags kustomize_disable_go_plugin_support \
 # For newer servers, add the PostgreSQL (PGDG) repository and its client.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends postgresql-client-15 mariadb-client ca-certificates \
+ && apt-get install -y --no-install-recommends postgresql-client-15 mariadb-client ca-certificates nftables iproute2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /converge /converge
 USER 65532:65532

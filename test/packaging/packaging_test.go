@@ -146,6 +146,16 @@ func TestRenderingsApplyToAPIServer(t *testing.T) {
 			"--field-manager="+fieldManager, "--namespace", namespace, "-k", "config/samples")
 	})
 
+	t.Run("lb agent", func(t *testing.T) {
+		// The optional agent DaemonSet and its RBAC, both renderings, are
+		// valid objects for the API server.
+		run(t, root, env, nil, kubectl, "apply", "--server-side", "--dry-run=server",
+			"--field-manager="+fieldManager, "-k", "config/lbagent")
+		out := run(t, root, env, nil, filepath.Join(bin, "helm"), "install", "converge", "charts/converge",
+			"--namespace", namespace, "--dry-run=server", "--set", "lbAgent.enabled=true")
+		NewWithT(t).Expect(string(out)).To(ContainSubstring("kind: DaemonSet"))
+	})
+
 	t.Run("helm install", func(t *testing.T) {
 		// Helm's own dry run against the cluster renders NOTES.txt too.
 		out := run(t, root, env, nil, filepath.Join(bin, "helm"), "install", "converge", "charts/converge",
@@ -239,6 +249,48 @@ func TestHelmValues(t *testing.T) {
 		for _, p := range deployment(g, objs).Spec.Template.Spec.Containers[0].Ports {
 			g.Expect(p.Name).NotTo(Equal("acme-http01"))
 		}
+	})
+
+	t.Run("lb agent", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(ofKind(template(t, "converge", namespace), "DaemonSet")).To(BeEmpty(), "the agent is off by default")
+		objs := template(t, "prod", "platform", "lbAgent.enabled=true", "lbAgent.interface=bond0", "lbAgent.leaseDuration=3s")
+		ds := &appsv1.DaemonSet{}
+		convert(g, find(g, objs, "DaemonSet", "prod-converge-lb-agent"), ds)
+		pod := ds.Spec.Template.Spec
+		g.Expect(pod.HostNetwork).To(BeTrue())
+		g.Expect(pod.ServiceAccountName).To(Equal("prod-converge-lb-agent"))
+		c := pod.Containers[0]
+		g.Expect(c.Args).To(ContainElements("agent", "loadbalancer", "--lease-namespace=platform",
+			"--interface=bond0", "--lease-duration=3s", "--lb-default-class=true"))
+		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "NODE_NAME",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}))
+		g.Expect(c.SecurityContext.Capabilities.Add).To(ConsistOf(corev1.Capability("NET_ADMIN"), corev1.Capability("NET_RAW")))
+		g.Expect(c.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
+		g.Expect(*c.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
+		// The agent's Pods are never selected as manager Pods (the webhook
+		// and metrics Services, the PodDisruptionBudget).
+		d := deployment(g, objs)
+		g.Expect(d.Spec.Selector.MatchLabels).NotTo(BeEmpty())
+		match := true
+		for k, v := range d.Spec.Selector.MatchLabels {
+			match = match && ds.Spec.Template.Labels[k] == v
+		}
+		g.Expect(match).To(BeFalse(), "the manager's selector matches the agent's Pods")
+		// Its rules are those of config/lbagent (which internal/lbagent runs
+		// an agent with): nothing more, nothing less.
+		want := decode(t, mustRead(t, filepath.Join(root, "config/lbagent/rbac.yaml")))
+		for _, kind := range []string{"ClusterRole", "Role"} {
+			gotRole, wantRole := &rbacv1.ClusterRole{}, &rbacv1.ClusterRole{}
+			convert(g, ofKind(want, kind)[0], wantRole)
+			name := map[string]string{"ClusterRole": "prod-converge-lb-agent", "Role": "prod-converge-lb-agent-leases"}[kind]
+			convert(g, find(g, objs, kind, name), gotRole)
+			g.Expect(gotRole.Rules).To(Equal(wantRole.Rules), kind)
+		}
+		rb := &rbacv1.RoleBinding{}
+		convert(g, find(g, objs, "RoleBinding", "prod-converge-lb-agent-leases"), rb)
+		g.Expect(rb.Namespace).To(Equal("platform"))
+		g.Expect(rb.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: "prod-converge-lb-agent", Namespace: "platform"}))
 	})
 
 	t.Run("receiver port and tmp size", func(t *testing.T) {
@@ -660,6 +712,15 @@ func run(t *testing.T, dir string, env []string, stdin []byte, name string, args
 			stdout.String(), stderr.String())
 	}
 	return stdout.Bytes()
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // decode splits a multi-document YAML stream into objects, skipping empty
