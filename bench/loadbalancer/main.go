@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -54,6 +55,7 @@ import (
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
 	"github.com/converge-dev/converge/internal/lbagent"
+	"github.com/converge-dev/converge/internal/lbdataplane"
 	"github.com/converge-dev/converge/internal/lbtest"
 	"github.com/converge-dev/converge/internal/netns"
 	"github.com/converge-dev/converge/internal/setup"
@@ -219,6 +221,51 @@ func run(ctx context.Context, services, kills int, dur time.Duration) error {
 		benchout.Ratio("loadbalancer.udp_vip_"+mode.name, 1e6/through, "us/req", direct/through)
 		benchout.Ratio("loadbalancer.udp_vip_vs_routed_"+mode.name, 1e6/through, "us/req", hop/through)
 	}
+
+	// The userspace data plane (the unprivileged local mode's): the same
+	// backend through lbdataplane.Proxy listening on the node's address,
+	// against the same floors. Its connections to the backend are opened
+	// inside the node namespace (a setns per connection, which a local
+	// mode in the host's own namespace does not pay).
+	proxy := &lbdataplane.Proxy{NetNS: topo.Nodes[owner]}
+	defer proxy.Close()
+	node := topo.NodeIPs[owner]
+	beAddr := netip.MustParseAddr(be)
+	if err := proxy.Set([]lbdataplane.Service{{Name: "bench/userspace", VIP: node, Ports: []lbdataplane.Port{
+		{Protocol: "tcp", Port: 8000, Endpoints: []netip.AddrPort{netip.AddrPortFrom(beAddr, 8080)}},
+		{Protocol: "udp", Port: 8053, Endpoints: []netip.AddrPort{netip.AddrPortFrom(beAddr, 5353)}}}}}); err != nil {
+		return err
+	}
+	for _, mode := range []struct{ name, header string }{{"keepalive", ""}, {"newconn", "Connection: close"}} {
+		direct, err := wrk(ctx, topo.Client, "http://"+be+":8080/", mode.header, dur)
+		if err != nil {
+			return err
+		}
+		through, err := wrk(ctx, topo.Client, "http://"+node.String()+":8000/", mode.header, dur)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("wrk %s, userspace proxy: direct %.0f req/s, through the proxy %.0f req/s (%.2f× direct) (load %s)\n",
+			mode.name, direct, through, through/direct, load())
+		benchout.Ratio("loadbalancer.userspace_"+mode.name, 1e6/through, "us/req", direct/through)
+	}
+	for _, mode := range []struct {
+		name    string
+		newFlow bool
+	}{{"oneflow", false}, {"newflow", true}} {
+		direct, err := udpRate(topo.Client, be+":5353", mode.newFlow, dur)
+		if err != nil {
+			return err
+		}
+		through, err := udpRate(topo.Client, node.String()+":8053", mode.newFlow, dur)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("UDP %s, userspace proxy: direct %.0f req/s, through the proxy %.0f req/s (%.2f× direct) (load %s)\n",
+			mode.name, direct, through, through/direct, load())
+		benchout.Ratio("loadbalancer.udp_userspace_"+mode.name, 1e6/through, "us/req", direct/through)
+	}
+	proxy.Close()
 
 	// Failover.
 	var downs []time.Duration

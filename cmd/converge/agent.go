@@ -24,7 +24,8 @@ func newAgentCommand(g *globalFlags) *cobra.Command {
 nftables in its own table for every LoadBalancer address this node may
 announce, takes a Lease per address so that exactly one node answers ARP,
 and sets LoadBalancerReady on a Service only after a connection through the
-address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW).`,
+address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW),
+except with --userspace (one node, a proxy on addresses the host has).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := setupLogging(g, os.Stderr); err != nil {
@@ -58,6 +59,7 @@ address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW).`,
 	f.DurationVar(&c.ProbeInterval, "probe-interval", lbagent.DefaultProbeInterval, "how often reachability through each address is re-checked")
 	f.Float32Var(&c.KubeAPIQPS, "kube-api-qps", lbagent.DefaultKubeAPIQPS, "client-side budget of Service status writes, requests per second (Lease writes have their own)")
 	f.IntVar(&c.KubeAPIBurst, "kube-api-burst", lbagent.DefaultKubeAPIBurst, "burst of that budget")
+	f.BoolVar(&c.Userspace, "userspace", false, "serve addresses with a userspace proxy instead of nftables: no root, no ARP, addresses the host already has (e.g. 127.240.0.0/24); one node only")
 	cmd.AddCommand(lb)
 	return cmd
 }

@@ -80,6 +80,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.StringVar(&o.Manager.BackupDir, "backup-dir", "", "backup store of the backup-before-delete controller (default: <data-dir>/backups)")
 	f.DurationVar(&o.Manager.DatabaseObserveInterval, "database-observe-interval", o.Manager.DatabaseObserveInterval, "how often each database server is checked for drift (one snapshot for all its Databases)")
 	f.DurationVar(&o.Manager.DatabaseResyncInterval, "database-resync-interval", o.Manager.DatabaseResyncInterval, "how often a Ready Database is fully reconciled (password and extensions checked), ±5 %")
+	f.StringVar(&o.LBPool, "lb-pool", up.DefaultLBPool, "LoadBalancer Services get addresses from this pool (created when missing) and are served here by a userspace proxy (no root; ports from 1024 up unless root); '' disables")
 	f.BoolVar(&o.Manager.LBDefaultClass, "lb-default-class", o.Manager.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	addBudgetFlags(f, &o.Manager)
 	addMachineFlags(f, &o.Manager.Machines)

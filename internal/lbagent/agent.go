@@ -104,7 +104,12 @@ type Config struct {
 	// Lease writes have budgets of their own.
 	KubeAPIQPS   float32
 	KubeAPIBurst int
-	Log          logr.Logger
+	// Userspace serves addresses with lbdataplane.Proxy instead of
+	// nftables: no root needed, no ARP, no addresses added (use addresses
+	// the host already has, such as 127.240.0.0/24). For one node: the
+	// local mode of `converge up`.
+	Userspace bool
+	Log       logr.Logger
 }
 
 func (c *Config) defaults() {
@@ -154,11 +159,13 @@ func withBudget(cfg *rest.Config, qps float32, burst int, ua string) *rest.Confi
 // Lease it made (peers take its addresses over at once).
 func Run(ctx context.Context, c Config) error {
 	c.defaults()
-	if !netns.IsRoot() {
-		return errors.New("the load-balancer agent needs root (CAP_NET_ADMIN, CAP_NET_RAW) to program nftables, add addresses and send ARP; run it as root")
-	}
-	if err := lbdataplane.Available(); err != nil {
-		return err
+	if !c.Userspace {
+		if !netns.IsRoot() {
+			return errors.New("the load-balancer agent needs root (CAP_NET_ADMIN, CAP_NET_RAW) to program nftables, add addresses and send ARP; run it as root (or --userspace for one node without root)")
+		}
+		if err := lbdataplane.Available(); err != nil {
+			return err
+		}
 	}
 	// Three token buckets: the cache's lists and watches, status writes
 	// (KubeAPIQPS), and Lease writes (leaseBudget), so that neither of the

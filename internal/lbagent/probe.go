@@ -110,7 +110,13 @@ func (p *prober) check(ctx context.Context, dp lbdataplane.Service) (metav1.Cond
 			udp = append(udp, target)
 			continue
 		}
-		if err := dialIn(ctx, p.a.cfg.NetNS, target, p.a.cfg.ProbeTimeout); err != nil {
+		probe := func() error { return dialIn(ctx, p.a.cfg.NetNS, target, p.a.cfg.ProbeTimeout) }
+		if p.a.proxy != nil {
+			probe = func() error {
+				return lbdataplane.ProbeTCP(ctx, p.a.cfg.NetNS, target, p.a.cfg.ProbeTimeout, 200*time.Millisecond)
+			}
+		}
+		if err := probe(); err != nil {
 			return metav1.ConditionFalse, lbv1alpha1.UnreachableReason,
 				fmt.Sprintf("no endpoint answered a connection to %s through the data plane on node %s: %v", target, p.a.cfg.NodeName, err)
 		}

@@ -52,6 +52,9 @@ type agent struct {
 	garpLast    map[netip.Addr]time.Time
 
 	probes *prober
+	// proxy is the userspace data plane (Config.Userspace); nil on the
+	// kernel path.
+	proxy *lbdataplane.Proxy
 }
 
 type heartbeatSeen struct {
@@ -65,6 +68,9 @@ func newAgent(c Config, ca cache.Cache, cl, leases client.Client) *agent {
 		wake: make(chan struct{}, 1), seen: map[string]heartbeatSeen{}, freeSince: map[netip.Addr]time.Time{},
 		owned: map[netip.Addr]bool{}, garpPending: map[netip.Addr]int{}, garpLast: map[netip.Addr]time.Time{}}
 	a.probes = &prober{a: a, results: map[string]probeResult{}, queue: make(chan probeJob, 1024), inflight: map[string]bool{}}
+	if c.Userspace {
+		a.proxy = &lbdataplane.Proxy{NetNS: c.NetNS}
+	}
 	return a
 }
 
@@ -77,13 +83,15 @@ func (a *agent) poke() {
 
 func (a *agent) run(ctx context.Context) error {
 	log := a.cfg.Log
-	if err := a.addrs.Ensure(ctx); err != nil {
-		return err
-	}
-	// Addresses left by a crashed run are not ours any more: the Leases
-	// decide again.
-	if err := a.addrs.Delete(ctx); err != nil {
-		return err
+	if a.proxy == nil {
+		if err := a.addrs.Ensure(ctx); err != nil {
+			return err
+		}
+		// Addresses left by a crashed run are not ours any more: the Leases
+		// decide again.
+		if err := a.addrs.Delete(ctx); err != nil {
+			return err
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -123,14 +131,20 @@ func (a *agent) sync(ctx context.Context) error {
 	for _, st := range want {
 		dp = append(dp, st.dataplane...)
 	}
-	if err := a.program(ctx, lbdataplane.Render(dp), now); err != nil {
-		return err
+	if a.proxy == nil {
+		if err := a.program(ctx, lbdataplane.Render(dp), now); err != nil {
+			return err
+		}
+		a.flushStaleUDP(want, dp)
 	}
-	a.flushStaleUDP(want, dp)
 
 	owned := a.ownAll(ctx, want, now, healthy, alive)
 	a.releaseUnwanted(ctx, want)
-	a.converge(ctx, owned, now)
+	if a.proxy != nil {
+		a.listen(owned)
+	} else {
+		a.converge(ctx, owned, now)
+	}
 	// Probe only what this node really holds: an address whose add failed
 	// must not be declared reachable through the output hook's DNAT alone.
 	held := make(map[netip.Addr]*vipState, len(owned))
@@ -515,6 +529,26 @@ func (a *agent) converge(ctx context.Context, owned map[netip.Addr]*vipState, no
 	}
 }
 
+// listen makes the userspace proxy serve exactly the owned addresses (the
+// kernel path's converge, without addresses or ARP: the host already has
+// them). A port that cannot be bound is logged; its probe then reports it
+// unreachable on the Service.
+func (a *agent) listen(owned map[netip.Addr]*vipState) {
+	var dp []lbdataplane.Service
+	for ip, st := range owned {
+		dp = append(dp, st.dataplane...)
+		a.owned[ip] = true
+	}
+	for ip := range a.owned {
+		if owned[ip] == nil {
+			delete(a.owned, ip)
+		}
+	}
+	if err := a.proxy.Set(dp); err != nil {
+		a.cfg.Log.Error(err, "Serving addresses in userspace")
+	}
+}
+
 // present returns those of ips that are on the interface (after a batch
 // add failed part way).
 func (a *agent) present(ctx context.Context, ips []netip.Addr) []netip.Addr {
@@ -536,11 +570,15 @@ func (a *agent) present(ctx context.Context, ips []netip.Addr) []netip.Addr {
 func (a *agent) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) //nolint:forbidigo // the run context is done
 	defer cancel()
-	if err := a.addrs.Delete(ctx); err != nil {
-		a.cfg.Log.Error(err, "Removing the announced addresses")
-	}
-	if err := a.nft.Delete(ctx); err != nil {
-		a.cfg.Log.Error(err, "Removing the nftables table")
+	if a.proxy != nil {
+		a.proxy.Close()
+	} else {
+		if err := a.addrs.Delete(ctx); err != nil {
+			a.cfg.Log.Error(err, "Removing the announced addresses")
+		}
+		if err := a.nft.Delete(ctx); err != nil {
+			a.cfg.Log.Error(err, "Removing the nftables table")
+		}
 	}
 	var list coordinationv1.LeaseList
 	if err := a.leases.List(ctx, &list, client.InNamespace(a.cfg.LeaseNamespace)); err == nil {

@@ -32,6 +32,8 @@ type AgentSpec struct {
 	// KubeAPIQPS and KubeAPIBurst are the agent's status-write budget.
 	KubeAPIQPS   float32
 	KubeAPIBurst int
+	// Userspace runs the userspace data plane (lbdataplane.Proxy).
+	Userspace bool
 }
 
 // MaybeRunAgentChild runs the agent and exits when this process was
@@ -62,7 +64,7 @@ func MaybeRunAgentChild() {
 	err = lbagent.Run(ctx, lbagent.Config{RESTConfig: cfg, Scheme: setup.Scheme(), NodeName: s.NodeName, NetNS: s.NetNS,
 		Interface: s.Interface, LeaseNamespace: s.LeaseNamespace, DefaultClass: true,
 		LeaseDuration: s.LeaseDuration, RenewInterval: s.RenewInterval, ProbeInterval: s.ProbeInterval,
-		KubeAPIQPS: s.KubeAPIQPS, KubeAPIBurst: s.KubeAPIBurst,
+		KubeAPIQPS: s.KubeAPIQPS, KubeAPIBurst: s.KubeAPIBurst, Userspace: s.Userspace,
 		Log: ctrl.Log.WithName("lbagent").WithValues("node", s.NodeName)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lbtest agent:", err)

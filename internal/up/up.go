@@ -37,6 +37,11 @@ type Options struct {
 	Out io.Writer
 	// Ready, if set, is called once everything is ready.
 	Ready func(*Platform)
+	// LBPool is the local load balancer's address pool (CIDR or range),
+	// served by an agent in this process with the userspace data plane:
+	// loopback addresses reach Services from this machine without root.
+	// Empty: no local load balancer.
+	LBPool string
 }
 
 // Platform is a running local platform.
@@ -49,6 +54,7 @@ type Platform struct {
 	StartupTime time.Duration
 
 	stopManager context.CancelFunc
+	stopLB      func()
 	mgrDone     chan error
 	mgrErr      error
 	mgrStopped  bool
@@ -100,7 +106,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Platform{ControlPlane: cp, step: step, stopManager: func() {}}
+	p := &Platform{ControlPlane: cp, step: step, stopManager: func() {}, stopLB: func() {}}
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, p.Stop())
@@ -140,6 +146,12 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if err := waitReady(ctx, cp, cv, p.mgrDone); err != nil {
 		return nil, err
 	}
+	if o.LBPool != "" {
+		if err := p.startLoadBalancer(ctx, c, cfg, o.LBPool); err != nil {
+			return nil, err
+		}
+		step("load balancer: userspace, pool %s", o.LBPool)
+	}
 	p.StartupTime = time.Since(t0)
 	return p, nil
 }
@@ -168,8 +180,10 @@ func (p *Platform) StopManager() error {
 	return p.mgrErr
 }
 
-// Stop stops the manager, then every component.
+// Stop stops the load balancer's agent and the manager, then every
+// component.
 func (p *Platform) Stop() error {
+	p.stopLB()
 	mgrErr := p.StopManager()
 	if mgrErr != nil {
 		mgrErr = fmt.Errorf("manager: %w", mgrErr)
@@ -219,6 +233,9 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 	}
 	_, _ = fmt.Fprintf(out, "  %-24s in this process; controllers: %s; webhooks: %s\n", "converge manager",
 		strings.Join(p.Converge.Enabled, ", "), setup.LocalWebhookURL(o.WebhookPort))
+	if o.LBPool != "" {
+		_, _ = fmt.Fprintf(out, "  %-24s addresses from %s (IPAddressPool %s), served in this process (userspace)\n", "load balancer", o.LBPool, LBPoolName)
+	}
 	if o.Manager.Receiver.Enabled() {
 		_, _ = fmt.Fprintf(out, "  %-24s http://%s/hook/gitrepository/<namespace>/<name>\n", "push webhooks", o.Manager.Receiver.BindAddress)
 	}

@@ -226,6 +226,20 @@ func TestUpLifecycle(t *testing.T) {
 		return out
 	}).WithTimeout(60*time.Second).Should(BeEmpty(), "the garbage collector removes the ReplicaSet and its Pods")
 
+	// The local load balancer: a loopback pool made by up, and the agent in
+	// up's process serving it (it writes LoadBalancerReady; a selector-less
+	// Service has no endpoints yet). internal/lbagent's
+	// TestUserspaceLocalMode drives traffic through the same data plane.
+	out, err = e.kubectl(t, "get", "ipaddresspool", "local-loopback", "-o", "jsonpath={.spec.addresses[0]}")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(Equal("127.240.0.0/24"))
+	out, err = e.kubectl(t, "create", "service", "loadbalancer", "lb", "--tcp=8000:8000")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Eventually(func() string {
+		out, _ := e.kubectl(t, "get", "service", "lb", "-o", `jsonpath={.status.conditions[?(@.type=="LoadBalancerReady")].message}`)
+		return out
+	}).WithTimeout(60 * time.Second).Should(MatchRegexp(`address 127\.240\.0\.\d+ announced by node local, but the Service has no ready endpoints`))
+
 	out, err = e.kubectl(t, "create", "configmap", "survivor", "--from-literal=k=v")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	kubeconfig, err := os.ReadFile(filepath.Join(e.dataDir, "kubeconfig"))
