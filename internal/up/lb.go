@@ -38,7 +38,7 @@ const (
 func (p *Platform) startLoadBalancer(ctx context.Context, c client.Client, cfg *rest.Config, pool string) error {
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LBLeaseNamespace}},
-		&lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: LBPoolName}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{pool}}},
+		&lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: LBPoolName}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{pool}, AvoidBuggyIPs: true}},
 		&lbv1alpha1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: LBPoolName}, Spec: lbv1alpha1.L2AdvertisementSpec{IPAddressPools: []string{LBPoolName}}},
 	}
 	for _, o := range objs {
