@@ -24,7 +24,7 @@ RUN CGO_ENABLED=0 go build -trimpath -tags kustomize_disable_go_plugin_support \
 # For newer servers, add the PostgreSQL (PGDG) repository and its client.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends postgresql-client-15 mariadb-client ca-certificates \
+ && apt-get install -y --no-install-recommends postgresql-client-15 mariadb-client ca-certificates iproute2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /converge /converge
 USER 65532:65532
