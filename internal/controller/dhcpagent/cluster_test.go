@@ -28,6 +28,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/dhcpagent"
 	"github.com/converge-dev/converge/internal/dhcp/dhcptest"
 	"github.com/converge-dev/converge/internal/localcp"
+	"github.com/converge-dev/converge/internal/netns"
 	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
@@ -146,7 +147,7 @@ func leaseHolder(ctx context.Context, g Gomega, ns, network string) string {
 // The standalone agent (`converge agent dhcp`, cluster mode) as a real
 // process with only its generated RBAC: it serves a real client on a
 // bridge the test made, from the IPPool's allocations; a second agent of
-// the same network stands by; SIGTERM to the first releases the Lease and
+// the same network stands by (no socket); SIGTERM to the first releases the Lease and
 // the second takes over well before the Lease would expire, and the client
 // renews its address from it; with kube-apiserver stopped (SIGSTOP) the
 // second keeps serving and the client keeps renewing.
@@ -215,6 +216,11 @@ func TestClusterAgentProcessFailover(t *testing.T) {
 		g.Expect(leaseHolder(ctx, g, ns, network)).To(Equal("agent-a"))
 		g.Expect(b.output()).NotTo(ContainSubstring("Serving the network"))
 	}).WithTimeout(2 * time.Second).Should(Succeed())
+	// Only the holder has a DHCP socket in the namespace.
+	out, err := netns.Run(ctx, nw.Netns, "ss", "-H", "-lunp", "sport = :67")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(out)).To(ContainSubstring(fmt.Sprintf("pid=%d,", a.cmd.Process.Pid)))
+	g.Expect(string(out)).NotTo(ContainSubstring(fmt.Sprintf("pid=%d,", b.cmd.Process.Pid)))
 
 	// SIGTERM: the first releases the Lease, the second serves at once.
 	g.Expect(a.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
-	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 )
 
 // What the standalone agent (RunAgent) needs besides the controller's
@@ -74,7 +73,8 @@ type AgentConfig struct {
 	// LeaseDuration, RenewInterval and Resync default to the Default*
 	// constants.
 	LeaseDuration, RenewInterval, Resync time.Duration
-	Log                                  logr.Logger
+	// Log is the agent's logger (the caller names the network in it).
+	Log logr.Logger
 }
 
 func (c *AgentConfig) defaults() error {
@@ -121,8 +121,9 @@ func RunAgent(ctx context.Context, c AgentConfig) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
-	ca, err := cache.New(c.RESTConfig, cache.Options{Scheme: c.Scheme, DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{&dhcpv1alpha1.IPPool{}: {}, &machinev1alpha1.Machine{}: {}}})
+	// Informers start on first use: IPPools below, Machines only when a
+	// pool with networkBoot looks one up. Nothing else is read.
+	ca, err := cache.New(c.RESTConfig, cache.Options{Scheme: c.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return fmt.Errorf("creating the agent's cache: %w", err)
 	}
