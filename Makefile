@@ -56,6 +56,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manif
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	$(CONTROLLER_GEN) rbac:roleName=dhcp-agent-role paths="./internal/controller/dhcpagent/..." \
+		output:rbac:artifacts:config=config/rbac/dhcp-agent
 	hack/sync-chart.sh
 
 .PHONY: images

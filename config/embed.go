@@ -6,9 +6,9 @@ package config
 
 import "embed"
 
-// Manifests holds crd/bases/*.yaml, webhook/manifests.yaml and
+// Manifests holds crd/bases/*.yaml, webhook/manifests.yaml,
 // rbac/tenant_roles.yaml (the ClusterRoles a tenant is bound to in its
-// namespace).
+// namespace) and rbac/dhcp-agent/role.yaml (the DHCP agent's ClusterRole).
 //
-//go:embed crd/bases/*.yaml webhook/manifests.yaml rbac/tenant_roles.yaml
+//go:embed crd/bases/*.yaml webhook/manifests.yaml rbac/tenant_roles.yaml rbac/dhcp-agent/role.yaml
 var Manifests embed.FS

@@ -24,3 +24,13 @@ func addBMCFlags(f *pflag.FlagSet, o *setup.BMCOptions) {
 	f.StringVar(&o.Netns, "bmc-netns", o.Netns, "network namespace the virtual BMCs listen in (needs root); empty: the manager's own")
 	f.StringVar(&o.Expose, "bmc-expose", o.Expose, "how BMC endpoints are published: Local (the listeners' own addresses) or Service (a Service of the MachineBMC's spec.service.type, in its namespace, pointing at --bmc-advertise-address)")
 }
+
+// addDHCPAgentFlags adds the flags of the DHCP agent's cluster mode
+// (`converge run` only: `up` is local mode).
+func addDHCPAgentFlags(f *pflag.FlagSet, o *setup.DHCPAgentOptions) {
+	f.StringVar(&o.Image, "dhcp-agent-image", o.Image, "cluster mode of the DHCP agent: run one Deployment of this converge image per IPPool network (`converge agent dhcp`) instead of serving inside the manager; empty: local mode (--machine-netns)")
+	f.StringVar(&o.Namespace, "dhcp-agent-namespace", o.Namespace, "namespace of the DHCP agent Deployments and their Leases (default: the manager's)")
+	f.StringVar(&o.ServiceAccount, "dhcp-agent-service-account", "converge-dhcp-agent", "ServiceAccount of the DHCP agent Pods (bound to the dhcp-agent ClusterRole)")
+	f.StringVar(&o.Attachment, "dhcp-agent-attachment", "{network}", "the agent Pods' k8s.v1.cni.cncf.io/networks annotation, {network} replaced by the network's name; an IPPool's dhcp.converge.dev/agent-attachment annotation overrides it")
+	f.StringVar(&o.Interface, "dhcp-agent-interface", "net1", "the attachment's interface in the agent Pod (--interface of `converge agent dhcp`)")
+}

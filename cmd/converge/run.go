@@ -43,6 +43,9 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 			if o.LeaderElectionNamespace == "" {
 				o.LeaderElectionNamespace = podNamespace()
 			}
+			if o.DHCPAgent.Image != "" && o.DHCPAgent.Namespace == "" {
+				o.DHCPAgent.Namespace = podNamespace()
+			}
 			if o.Webhook.CertSecret != "" && !strings.Contains(o.Webhook.CertSecret, "/") {
 				o.Webhook.CertSecret = podNamespace() + "/" + o.Webhook.CertSecret
 			}
@@ -96,6 +99,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.DurationVar(&o.SQLInstanceHealthInterval, "sql-instance-health-interval", o.SQLInstanceHealthInterval, "how often a Ready PostgresInstance or MariaDBInstance logs in again")
 	addMachineFlags(f, &o.Machines)
 	addBMCFlags(f, &o.BMC)
+	addDHCPAgentFlags(f, &o.DHCPAgent)
 	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")
 	f.StringVar(&o.GitOps.CacheDir, "gitops-cache-dir", "", "directory of fetched git revisions (default: a new temporary directory)")
 	f.BoolVar(&o.GitOps.AllowCrossNamespaceRefs, "gitops-allow-cross-namespace-refs", false, "let a Sync use a GitRepository of another namespace")

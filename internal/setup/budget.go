@@ -25,6 +25,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/databasebackup"
 	"github.com/converge-dev/converge/internal/controller/dhcpagent"
+	"github.com/converge-dev/converge/internal/controller/dhcpagentdeployment"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
 	"github.com/converge-dev/converge/internal/controller/ippool"
 	"github.com/converge-dev/converge/internal/controller/issuer"
@@ -122,9 +123,11 @@ var defaultBudgets = map[string]Budget{
 	// ippool: three writes per new MachineNetworkConfig (finalizer, pool
 	// status, config status) and conflict retries when configs race; as
 	// database, 50 / 100. dhcp-agent: one status patch per pool change;
-	// a DHCP exchange costs no API call; 20 / 30.
-	ippool.ControllerName:    {QPS: 50, Burst: 100},
-	dhcpagent.ControllerName: {QPS: 20, Burst: 30},
+	// a DHCP exchange costs no API call; 20 / 30. dhcp-agent-deployment:
+	// one apply per network when a pool changes; 10 / 20.
+	ippool.ControllerName:              {QPS: 50, Burst: 100},
+	dhcpagent.ControllerName:           {QPS: 20, Burst: 30},
+	dhcpagentdeployment.ControllerName: {QPS: 10, Burst: 20},
 }
 
 // DefaultBudget is the built-in budget of a controller, or ManagerBudget for

@@ -71,3 +71,27 @@ const (
 func LocalMachineDirs(dataDir string) (state, images string) {
 	return filepath.Join(dataDir, "machines"), filepath.Join(dataDir, "images")
 }
+
+// DHCPAgentOptions configure cluster mode of the DHCP agent: the
+// dhcp-agent-deployment controller (internal/controller/dhcpagentdeployment).
+type DHCPAgentOptions struct {
+	// Image is the converge image the per-network agent Deployments run.
+	// Empty (the default) is local mode: the dhcp-agent controller serves
+	// inside the manager (--machine-netns) and no Deployment is made; set,
+	// the dhcp-agent controller is off and dhcp-agent-deployment runs.
+	Image string
+	// Namespace holds the agent Deployments and their Leases; empty is the
+	// manager's namespace.
+	Namespace string
+	// ServiceAccount is the agents' ServiceAccount (the chart makes it and
+	// binds the dhcp-agent ClusterRole).
+	ServiceAccount string
+	// Attachment is the agent Pods' k8s.v1.cni.cncf.io/networks value,
+	// with "{network}" replaced by the network's name; the IPPool
+	// annotation dhcp.converge.dev/agent-attachment overrides it. Empty is
+	// "{network}".
+	Attachment string
+	// Interface is the attachment's interface in the agent Pod; empty is
+	// net1.
+	Interface string
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/databasebackup"
 	"github.com/converge-dev/converge/internal/controller/dhcpagent"
+	"github.com/converge-dev/converge/internal/controller/dhcpagentdeployment"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
 	"github.com/converge-dev/converge/internal/controller/ippool"
 	"github.com/converge-dev/converge/internal/controller/issuer"
@@ -131,11 +132,25 @@ var controllers = []controller{
 		return (&ippool.Reconciler{}).SetupWithManager(mgr)
 	}},
 	{name: dhcpagent.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		if o.DHCPAgent.Image != "" {
+			return nil // cluster mode: dhcp-agent-deployment runs the agents
+		}
 		images := o.Machines.ImageDir
 		if images == "" {
 			images = DefaultMachineImageDir
 		}
 		return (&dhcpagent.Reconciler{Netns: o.Machines.Netns, ImageDir: images, NetBootPort: o.Machines.NetbootHTTPPort}).SetupWithManager(mgr)
+	}},
+	{name: dhcpagentdeployment.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		a := o.DHCPAgent
+		if a.Image == "" {
+			return nil // local mode: the dhcp-agent controller serves
+		}
+		if a.Namespace == "" {
+			return fmt.Errorf("--dhcp-agent-namespace is required with --dhcp-agent-image")
+		}
+		return (&dhcpagentdeployment.Reconciler{Image: a.Image, Namespace: a.Namespace, ServiceAccount: a.ServiceAccount,
+			Attachment: a.Attachment, Interface: a.Interface}).SetupWithManager(mgr)
 	}},
 	{name: issuer.IssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)

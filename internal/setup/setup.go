@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,6 +54,7 @@ import (
 	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
+	"github.com/converge-dev/converge/internal/controller/dhcpagentdeployment"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/qemu"
@@ -148,6 +150,8 @@ type Options struct {
 
 	// Machines configures the Machine controller and the machine providers.
 	Machines MachineOptions
+	// DHCPAgent configures cluster mode of the DHCP agent.
+	DHCPAgent DHCPAgentOptions
 	// BMC configures the virtual BMCs.
 	BMC BMCOptions
 	// PKI configures the certificate controllers.
@@ -573,6 +577,13 @@ func cacheOptions(o Options) cache.Options {
 	}
 	if !o.CacheAllSecretData {
 		co.ByObject[&corev1.Secret{}] = cache.ByObject{Transform: secretcache.Transform}
+	}
+	if o.DHCPAgent.Image != "" {
+		// Only the agent Deployments, in their namespace.
+		co.ByObject[&appsv1.Deployment{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{o.DHCPAgent.Namespace: {}},
+			Label:      labels.SelectorFromSet(labels.Set{dhcpagentdeployment.ComponentLabel: dhcpagentdeployment.Component}),
+		}
 	}
 	return co
 }

@@ -39,7 +39,11 @@ const (
 	acmeService        = "converge-acme-http01"
 	webhookCertSecret  = "converge-webhook-cert"
 	managerClusterRole = "converge-manager-role"
-	fieldManager       = "packaging-test"
+	// The DHCP agents' ClusterRole and ServiceAccount (cluster mode:
+	// always in config/default, with dhcpAgent.enabled in the chart).
+	dhcpAgentClusterRole = "converge-dhcp-agent-role"
+	dhcpAgentSA          = "converge-dhcp-agent"
+	fieldManager         = "packaging-test"
 )
 
 // rendering is one way of installing Converge, rendered to manifests.
@@ -54,9 +58,12 @@ func renderAll(t *testing.T, root, bin string) []rendering {
 	t.Helper()
 	helm := run(t, root, nil, nil, filepath.Join(bin, "helm"),
 		"template", "converge", "charts/converge", "--namespace", namespace, "--include-crds")
+	helmDHCP := run(t, root, nil, nil, filepath.Join(bin, "helm"),
+		"template", "converge", "charts/converge", "--namespace", namespace, "--include-crds", "--set", "dhcpAgent.enabled=true")
 	kustomize := run(t, root, nil, nil, filepath.Join(bin, "kubectl"), "kustomize", "config/default")
 	return []rendering{
 		{name: "helm", yaml: helm, objs: decode(t, helm)},
+		{name: "helm-dhcp-agent", yaml: helmDHCP, objs: decode(t, helmDHCP)},
 		{name: "kustomize", yaml: kustomize, objs: decode(t, kustomize)},
 	}
 }
@@ -535,6 +542,17 @@ func checkRBAC(t *testing.T, g Gomega, root string, objs []*unstructured.Unstruc
 	g.Expect(roles).To(HaveKey("ClusterRole/" + managerClusterRole))
 	g.Expect(roles["ClusterRole/"+managerClusterRole]).To(Equal(gen.Rules),
 		"%s differs from config/rbac/role.yaml (run hack/sync-chart.sh?)", managerClusterRole)
+	// The DHCP agents' ClusterRole, when rendered, is the generated one.
+	if agentRules, ok := roles["ClusterRole/"+dhcpAgentClusterRole]; ok {
+		data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "dhcp-agent", "role.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		generated := decode(t, data)
+		g.Expect(generated).To(HaveLen(1))
+		gen := &rbacv1.ClusterRole{}
+		convert(g, generated[0], gen)
+		g.Expect(agentRules).To(Equal(gen.Rules), "%s differs from config/rbac/dhcp-agent/role.yaml (run hack/sync-chart.sh?)", dhcpAgentClusterRole)
+		g.Expect(names(ofKind(objs, "ServiceAccount"))).To(ContainElement(dhcpAgentSA))
+	}
 
 	// Leader election and the webhook certificate Secret, in the namespace.
 	var nsRules []rbacv1.PolicyRule
@@ -559,7 +577,11 @@ func checkRBAC(t *testing.T, g Gomega, root string, objs []*unstructured.Unstruc
 		g.Expect(ref.Name).NotTo(Equal("admin"), "%s %s binds admin", kind, name)
 		g.Expect(ref.Name).NotTo(Equal("edit"), "%s %s binds edit", kind, name)
 		g.Expect(roles).To(HaveKey(ref.Kind+"/"+ref.Name), "%s %s binds a role the rendering does not define", kind, name)
-		g.Expect(subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: namespace}),
+		subject := sa
+		if ref.Kind == "ClusterRole" && ref.Name == dhcpAgentClusterRole {
+			subject = dhcpAgentSA // the agents' own, and only theirs
+		}
+		g.Expect(subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: subject, Namespace: namespace}),
 			"%s %s subjects", kind, name)
 		bound[ref.Kind+"/"+ref.Name] = true
 	}
@@ -574,6 +596,12 @@ func checkRBAC(t *testing.T, g Gomega, root string, objs []*unstructured.Unstruc
 		checkBinding("RoleBinding", b.Name, b.RoleRef, b.Subjects)
 	}
 	g.Expect(bound).To(HaveKey("ClusterRole/"+managerClusterRole), "the manager's ClusterRole is not bound")
+	if _, ok := roles["ClusterRole/"+dhcpAgentClusterRole]; ok {
+		g.Expect(bound).To(HaveKey("ClusterRole/"+dhcpAgentClusterRole), "the DHCP agents' ClusterRole is not bound")
+	}
+	if slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--dhcp-agent-service-account="+dhcpAgentSA) {
+		g.Expect(roles).To(HaveKey("ClusterRole/"+dhcpAgentClusterRole), "cluster mode without the agents' ClusterRole")
+	}
 	for k := range roles {
 		if strings.HasPrefix(k, "Role/") {
 			g.Expect(bound).To(HaveKey(k), "%s is not bound", k)

@@ -11,9 +11,11 @@
 // namespace, answering iPXE with a script that boots the image its Machine
 // names in spec.image now (looked up in the manager's cache).
 //
-// It is a controller, so it runs on the leader only: one agent answers per
-// network. In a cluster the agent would be a Deployment per network with an
-// attachment to that network (see docs/dhcp.md); that mode is not built.
+// In the manager it is a controller, so it runs on the leader only: one
+// agent answers per network. In a cluster (cluster mode) the same
+// Reconciler runs in a process of its own, `converge agent dhcp` (RunAgent),
+// one Deployment per network with an attachment to that network; a Lease
+// per network makes one agent answer (see docs/dhcp.md).
 package dhcpagent
 
 import (
@@ -61,8 +63,13 @@ const NetworkBootReason = "NetworkBoot"
 type Reconciler struct {
 	Client client.Client
 	// Netns is the machine network namespace; empty: no agent (AgentReady
-	// False, AgentUnavailable).
+	// False, AgentUnavailable), unless Interface is set.
 	Netns string
+	// Interface, when set (cluster mode), is the interface every network is
+	// served on, in Netns (empty: the process's own namespace), instead of
+	// the network's bridge; the agent creates nothing but the pools' server
+	// addresses on it.
+	Interface string
 	// Identity names this manager in status.agent.
 	Identity string
 	// ImageDir is the image store network boot serves kernels and initrds
@@ -71,7 +78,7 @@ type Reconciler struct {
 	// NetBootPort is the network boot HTTP server's port on the server
 	// address of each pool with networkBoot; 0 is dhcp.DefaultNetBootPort.
 	NetBootPort int
-	// Recorder records the NetworkBoot Events.
+	// Recorder records the NetworkBoot Events; nil records none.
 	Recorder events.EventRecorder
 
 	mu      sync.Mutex
@@ -84,17 +91,10 @@ type Reconciler struct {
 // servers with the manager.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
-	if r.Identity == "" {
-		r.Identity, _ = os.Hostname()
-	}
-	if r.NetBootPort == 0 {
-		r.NetBootPort = dhcp.DefaultNetBootPort
-	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder(ControllerName)
 	}
-	r.servers = map[string]*dhcp.Server{}
-	r.boot = map[string]*dhcp.BootServer{}
+	r.defaults()
 	ready := make(chan struct{})
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		r.mu.Lock()
@@ -102,16 +102,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.mu.Unlock()
 		close(ready)
 		<-ctx.Done()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for k, s := range r.servers {
-			_ = s.Close()
-			delete(r.servers, k)
-		}
-		for k, b := range r.boot {
-			_ = b.Close()
-			delete(r.boot, k)
-		}
+		r.StopAll()
 		return nil
 	})); err != nil {
 		return err
@@ -130,6 +121,48 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			<-ready
 			return r.reconcileNetwork(ctx, req.Name)
 		}))
+}
+
+func (r *Reconciler) defaults() {
+	if r.Identity == "" {
+		r.Identity, _ = os.Hostname()
+	}
+	if r.NetBootPort == 0 {
+		r.NetBootPort = dhcp.DefaultNetBootPort
+	}
+	r.servers = map[string]*dhcp.Server{}
+	r.boot = map[string]*dhcp.BootServer{}
+}
+
+// Begin prepares a Reconciler run outside a manager (RunAgent): its
+// servers live until ctx ends or StopAll. Client must be set.
+func (r *Reconciler) Begin(ctx context.Context) {
+	r.defaults()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ctx = ctx
+}
+
+// SyncNetwork serves network from its pools as they are now (and stops
+// serving it when it has none) and reports AgentReady on each pool: what
+// one reconcile of the controller does.
+func (r *Reconciler) SyncNetwork(ctx context.Context, network string) error {
+	_, err := r.reconcileNetwork(ctx, network)
+	return err
+}
+
+// StopAll stops every server.
+func (r *Reconciler) StopAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, s := range r.servers {
+		_ = s.Close()
+		delete(r.servers, k)
+	}
+	for k, b := range r.boot {
+		_ = b.Close()
+		delete(r.boot, k)
+	}
 }
 
 type runnable func(context.Context) error
@@ -158,9 +191,12 @@ func (r *Reconciler) reconcileNetwork(ctx context.Context, network string) (ctrl
 	}
 	table, first := buildTable(pools, r.NetBootPort)
 	bridge := qemu.BridgeName(network)
+	if r.Interface != "" {
+		bridge = r.Interface
+	}
 	var serveErr error
 	switch {
-	case r.Netns == "":
+	case r.Netns == "" && r.Interface == "":
 		serveErr = errors.New("the manager runs without a machine network namespace (--machine-netns); nothing serves DHCP on network " + network)
 	case first == nil:
 		serveErr = errors.New("no pool of network " + network + " parses")
@@ -171,7 +207,7 @@ func (r *Reconciler) reconcileNetwork(ctx context.Context, network string) (ctrl
 	for _, p := range pools {
 		errs = append(errs, r.report(ctx, p, bridge, serveErr))
 	}
-	if serveErr != nil && r.Netns != "" {
+	if serveErr != nil && (r.Netns != "" || r.Interface != "") {
 		errs = append(errs, serveErr)
 	}
 	return ctrl.Result{}, errors.Join(errs...)
@@ -234,8 +270,10 @@ func (r *Reconciler) serve(ctx context.Context, network, bridge string, o *dhcp.
 		}
 		return r.serveBoot(ctx, network, bridge, s, t)
 	}
-	if err := ensureBridge(ctx, r.Netns, bridge); err != nil {
-		return err
+	if r.Interface == "" {
+		if err := ensureBridge(ctx, r.Netns, bridge); err != nil {
+			return err
+		}
 	}
 	if err := ensureAddress(ctx, r.Netns, bridge, netip.PrefixFrom(o.Server, o.Prefix.Bits())); err != nil {
 		return err
@@ -313,7 +351,7 @@ func (r *Reconciler) machineOf(ctx context.Context, namespace, mac string) (dhcp
 
 // served records the NetworkBoot Event on the Machine.
 func (r *Reconciler) served(_ context.Context, t dhcp.BootTarget) {
-	if t.Object == nil {
+	if t.Object == nil || r.Recorder == nil {
 		return
 	}
 	r.Recorder.Eventf(t.Object, nil, corev1.EventTypeNormal, NetworkBootReason, "NetworkBoot", "served image %s", t.Image)
@@ -354,8 +392,11 @@ func (r *Reconciler) report(ctx context.Context, p *dhcpv1alpha1.IPPool, bridge 
 		creconcile.MarkFalse(&p.Status.Conditions, p.Generation, dhcpv1alpha1.AgentReadyCondition, dhcpv1alpha1.AgentUnavailableReason, serveErr.Error())
 	} else {
 		p.Status.Agent = dhcpv1alpha1.AgentStatus{Netns: r.Netns, Interface: bridge, Identity: r.Identity}
-		creconcile.MarkTrue(&p.Status.Conditions, p.Generation, dhcpv1alpha1.AgentReadyCondition, dhcpv1alpha1.ServingReason,
-			fmt.Sprintf("serving on %s in network namespace %s", bridge, r.Netns))
+		msg := fmt.Sprintf("serving on %s in network namespace %s", bridge, r.Netns)
+		if r.Netns == "" {
+			msg = fmt.Sprintf("serving on %s (agent %s)", bridge, r.Identity)
+		}
+		creconcile.MarkTrue(&p.Status.Conditions, p.Generation, dhcpv1alpha1.AgentReadyCondition, dhcpv1alpha1.ServingReason, msg)
 	}
 	return patcher.Patch(ctx, p)
 }
