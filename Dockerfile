@@ -1,10 +1,9 @@
 # syntax=docker/dockerfile:1
-# The Converge manager image: a static binary on Debian slim with the
-# database clients the backup-before-delete controller runs (pg_dump and psql
-# 15, mariadb-dump and mariadb) and the tools the LoadBalancer and DHCP agents
-# run (nft, ip),
-# running as non-root (the agent DaemonSet runs it as root). Build with
-# `make docker-build` (VERSION is stamped into the binary).
+# The Converge image: a static binary on Debian slim with the database
+# clients the backup-before-delete controller runs (pg_dump and psql 15,
+# mariadb-dump and mariadb) and the tools the LoadBalancer and DHCP agents run
+# (nft, ip). It runs as non-root; the LoadBalancer agent's DaemonSet runs it
+# as root. Build with `make docker-build` (VERSION is stamped into the binary).
 
 FROM golang:1.26 AS builder
 ARG VERSION=dev
