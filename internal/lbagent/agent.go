@@ -27,8 +27,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -185,7 +187,14 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the agent's Lease client: %w", err)
 	}
+	cs, err := kubernetes.NewForConfig(withBudget(c.RESTConfig, c.KubeAPIQPS, c.KubeAPIBurst, agentUserAgent))
+	if err != nil {
+		return fmt.Errorf("creating the agent's event client: %w", err)
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	defer broadcaster.Shutdown()
 	a := newAgent(c, ca, cl, leases)
+	a.recorder = broadcaster.NewRecorder(c.Scheme, "converge-lbagent")
 	poke := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.poke() },
 		UpdateFunc: func(any, any) { a.poke() },
@@ -201,6 +210,7 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 	}
+	broadcaster.StartRecordingToSink(ctx.Done())
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()
 	go func() { _ = ca.Start(cacheCtx) }()

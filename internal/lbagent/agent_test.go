@@ -109,6 +109,7 @@ func TestLoadBalancerEndToEnd(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(c.Message).To(ContainSubstring("announced by node " + agentSpec(topo, other, ns).NodeName))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
+	announcedBy(t, ns, "web", "Node "+agentSpec(topo, other, ns).NodeName+" announces "+vip+" (taken over from node "+agentSpec(topo, owner, ns).NodeName+")")
 
 	// Endpoints that accept nothing: Unreachable, with the address named.
 	newService(t, ns, "dead", func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[:1] })

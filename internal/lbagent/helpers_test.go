@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -17,6 +18,7 @@ import (
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/lbipam"
+	"github.com/converge-dev/converge/internal/lbagent"
 	"github.com/converge-dev/converge/internal/lbtest"
 	"github.com/converge-dev/converge/internal/setup"
 )
@@ -164,4 +166,21 @@ func assignedAddress(ctx context.Context, pool, ns, name string) string {
 func agentSpec(topo *lbtest.Topology, i int, leaseNS string) lbtest.AgentSpec {
 	return lbtest.AgentSpec{Kubeconfig: env.KubeconfigPath, NodeName: fmt.Sprintf("node-%c", 'a'+i), NetNS: topo.Nodes[i],
 		Interface: "eth0", LeaseNamespace: leaseNS, ProbeInterval: 2 * time.Second}
+}
+
+// announcedBy waits for an AddressAnnounced Event on the Service whose
+// note contains want.
+func announcedBy(t *testing.T, ns, svc, want string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(env.Client.List(t.Context(), &list, client.InNamespace(ns))).To(Succeed())
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "Service" && e.Regarding.Name == svc && e.Reason == lbagent.AnnouncedReason {
+				notes = append(notes, e.Note)
+			}
+		}
+		g.Expect(notes).To(ContainElement(ContainSubstring(want)))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -50,6 +50,7 @@ func TestAgentRunsWithItsOwnRBAC(t *testing.T) {
 	setEndpoints(t, ns, "web", endpoint{topo.BackendIPs[0].String(), true, false})
 	c := waitReason(t, ns, "web", lbv1alpha1.ReachableReason)
 	g.Expect(c.Message).To(ContainSubstring("announced by node " + spec.NodeName))
+	announcedBy(t, ns, "web", "Node "+spec.NodeName+" announces 10.77.0.17")
 
 	agent.Stop()
 	var leases coordinationList

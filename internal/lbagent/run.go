@@ -12,8 +12,10 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +57,12 @@ type agent struct {
 	// proxy is the userspace data plane (Config.Userspace); nil on the
 	// kernel path.
 	proxy *lbdataplane.Proxy
+	// recorder records Events on Services (take-overs, failing sweeps);
+	// nil records none.
+	recorder events.EventRecorder
+	// udpFailing: the last conntrack sweep failed (one Warning per run of
+	// failures, not one per pass).
+	udpFailing bool
 }
 
 type heartbeatSeen struct {
@@ -210,8 +218,18 @@ func (a *agent) flushStaleUDP(want map[netip.Addr]*vipState, dp []lbdataplane.Se
 	n, err := a.conntrack.FlushStaleUDP(dp, vips)
 	if err != nil {
 		a.cfg.Log.Error(err, "Deleting conntrack entries of UDP flows to removed endpoints")
+		if !a.udpFailing {
+			for _, ip := range vips {
+				if st := want[ip]; st != nil {
+					a.event(st.services, corev1.EventTypeWarning, ConntrackSweepFailedReason, "FlushConntrack",
+						"Node %s could not delete the conntrack entries of UDP flows to removed endpoints of %s (retried on every change; until then those flows keep their old endpoint): %v", a.cfg.NodeName, ip, err)
+				}
+			}
+		}
+		a.udpFailing = true
 		return
 	}
+	a.udpFailing = false
 	if n > 0 {
 		a.cfg.Log.Info("Deleted conntrack entries of UDP flows to removed endpoints", "entries", n)
 	}
@@ -219,6 +237,26 @@ func (a *agent) flushStaleUDP(want map[netip.Addr]*vipState, dp []lbdataplane.Se
 	a.udpVIPs = a.udpVIPs[:0]
 	for ip := range want {
 		a.udpVIPs = append(a.udpVIPs, ip)
+	}
+}
+
+// Event reasons the agent records on Services.
+const (
+	// AnnouncedReason: this node took over an address of the Service (it
+	// was free, or its holder stopped renewing its heartbeat).
+	AnnouncedReason = "AddressAnnounced"
+	// ConntrackSweepFailedReason: UDP flows to removed endpoints could not
+	// be moved (the first failure of a run of them).
+	ConntrackSweepFailedReason = "ConntrackSweepFailed"
+)
+
+// event records an Event on each of svcs.
+func (a *agent) event(svcs []*corev1.Service, typ, reason, action, format string, args ...any) {
+	if a.recorder == nil {
+		return
+	}
+	for _, s := range svcs {
+		a.recorder.Eventf(s, nil, typ, reason, action, format, args...)
 	}
 }
 
@@ -365,6 +403,12 @@ func (a *agent) ownAll(ctx context.Context, want map[netip.Addr]*vipState, now t
 				mu.Lock()
 				owned[t.ip] = want[t.ip]
 				mu.Unlock()
+				from := "no node"
+				if t.from != "" {
+					from = "node " + t.from
+				}
+				a.event(want[t.ip].services, corev1.EventTypeNormal, AnnouncedReason, "Announce",
+					"Node %s announces %s (taken over from %s)", a.cfg.NodeName, t.ip, from)
 			}
 		}()
 	}
