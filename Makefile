@@ -56,6 +56,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manif
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	$(CONTROLLER_GEN) rbac:roleName=machine-agent-role paths="./internal/machineagent/..." \
+		output:rbac:artifacts:config=config/rbac/machineagent
 	hack/sync-chart.sh
 
 .PHONY: images

@@ -9,5 +9,6 @@ mkdir -p "$chart/crds" "$chart/files"
 rm -f "$chart"/crds/*.yaml
 cp "$root"/config/crd/bases/*.yaml "$chart/crds/"
 cp "$root/config/rbac/role.yaml" "$chart/files/role.yaml"
+cp "$root/config/rbac/machineagent/role.yaml" "$chart/files/machine-agent-role.yaml"
 cp "$root/config/webhook/manifests.yaml" "$chart/files/webhook-manifests.yaml"
 cp "$root/config/rbac/tenant_roles.yaml" "$chart/files/tenant_roles.yaml"

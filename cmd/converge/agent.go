@@ -59,5 +59,6 @@ address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW).`,
 	f.Float32Var(&c.KubeAPIQPS, "kube-api-qps", lbagent.DefaultKubeAPIQPS, "client-side budget of Service status writes, requests per second (Lease writes have their own)")
 	f.IntVar(&c.KubeAPIBurst, "kube-api-burst", lbagent.DefaultKubeAPIBurst, "burst of that budget")
 	cmd.AddCommand(lb)
+	cmd.AddCommand(newAgentMachinesCommand(g))
 	return cmd
 }
