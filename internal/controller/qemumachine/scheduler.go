@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -49,6 +50,9 @@ type Scheduler struct {
 	CheckInterval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]heartbeatSeen // by node
 }
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
@@ -74,22 +78,48 @@ func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(s)
 }
 
+// heartbeatSeen is when the scheduler last saw an agent's renewTime change.
+type heartbeatSeen struct {
+	renew time.Time
+	at    time.Time
+}
+
 // liveAgents returns the nodes whose machine agent renewed its heartbeat
-// Lease within the Lease's duration.
+// Lease within the Lease's duration. Renewals are timed with this
+// process's clock, when it saw renewTime change, so that a node clock
+// ahead or behind cannot make a dead agent look alive; a Lease first seen
+// counts as renewed when seen if its renewTime is recent by the wall clock.
 func (s *Scheduler) liveAgents(ctx context.Context) (map[string]bool, error) {
 	var leases coordinationv1.LeaseList
 	if err := s.Reader.List(ctx, &leases, client.InNamespace(s.LeaseNamespace), client.HasLabels{AgentLeaseLabel}); err != nil {
 		return nil, fmt.Errorf("listing the machine agents' Leases in %s: %w", s.LeaseNamespace, err)
 	}
 	now := s.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]heartbeatSeen{}
+	}
 	alive := map[string]bool{}
 	for i := range leases.Items {
 		sp := leases.Items[i].Spec
 		if sp.HolderIdentity == nil || sp.RenewTime == nil || sp.LeaseDurationSeconds == nil {
 			continue
 		}
-		if now.Before(sp.RenewTime.Add(time.Duration(*sp.LeaseDurationSeconds) * time.Second)) {
-			alive[*sp.HolderIdentity] = true
+		node, renew := *sp.HolderIdentity, sp.RenewTime.Time
+		duration := time.Duration(*sp.LeaseDurationSeconds) * time.Second
+		seen, known := s.seen[node]
+		switch {
+		case !known && now.Before(renew.Add(duration)):
+			seen = heartbeatSeen{renew: renew, at: now}
+		case !known:
+			seen = heartbeatSeen{renew: renew} // stale when first seen
+		case !seen.renew.Equal(renew):
+			seen = heartbeatSeen{renew: renew, at: now}
+		}
+		s.seen[node] = seen
+		if !seen.at.IsZero() && now.Sub(seen.at) < duration {
+			alive[node] = true
 		}
 	}
 	return alive, nil
