@@ -157,7 +157,7 @@ func Run(ctx context.Context, c Config) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the QemuMachine reconciler: %w", err)
 	}
-	c.Log.Info("Starting the machine agent", "node", c.NodeName, "stateDir", m.StateDir, "imageDir", m.ImageDir)
+	c.Log.Info("Starting the machine agent", "stateDir", m.StateDir, "imageDir", m.ImageDir)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the machine agent: %w", err)
 	}
