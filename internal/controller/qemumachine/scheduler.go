@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -51,8 +52,10 @@ type Scheduler struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
-	mu   sync.Mutex
-	seen map[string]heartbeatSeen // by node
+	mu     sync.Mutex
+	seen   map[string]heartbeatSeen // by node
+	alive  map[string]bool          // the last listAgents
+	listed time.Time                // when it ran
 }
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
@@ -89,7 +92,28 @@ type heartbeatSeen struct {
 // process's clock, when it saw renewTime change, so that a node clock
 // ahead or behind cannot make a dead agent look alive; a Lease first seen
 // counts as renewed when seen if its renewTime is recent by the wall clock.
+//
+// One List serves every QemuMachine looked at within half a CheckInterval:
+// the Leases are listed about twice per interval, however many
+// QemuMachines there are.
 func (s *Scheduler) liveAgents(ctx context.Context) (map[string]bool, error) {
+	now := s.Now()
+	s.mu.Lock()
+	if s.listed.IsZero() || now.Sub(s.listed) >= s.CheckInterval/2 || now.Before(s.listed) {
+		s.mu.Unlock()
+		alive, err := s.listAgents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.alive, s.listed = alive, now
+	}
+	defer s.mu.Unlock()
+	return maps.Clone(s.alive), nil
+}
+
+// listAgents lists the heartbeat Leases and times their renewals.
+func (s *Scheduler) listAgents(ctx context.Context) (map[string]bool, error) {
 	var leases coordinationv1.LeaseList
 	if err := s.Reader.List(ctx, &leases, client.InNamespace(s.LeaseNamespace), client.HasLabels{AgentLeaseLabel}); err != nil {
 		return nil, fmt.Errorf("listing the machine agents' Leases in %s: %w", s.LeaseNamespace, err)

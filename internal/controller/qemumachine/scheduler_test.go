@@ -1,6 +1,7 @@
 package qemumachine_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -57,4 +58,35 @@ func TestSchedulerTimesHeartbeatsWithItsOwnClock(t *testing.T) {
 	alive, err = s.LiveAgents(t.Context())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(alive).To(Equal(map[string]bool{"fresh": true}), "renewed again")
+}
+
+// countingReader counts the List calls it passes to the API server.
+type countingReader struct {
+	client.Reader
+	lists int
+}
+
+func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	r.lists++
+	return r.Reader.List(ctx, list, opts...)
+}
+
+// The Leases are listed at most about twice per check interval, however
+// many QemuMachines ask.
+func TestSchedulerListsLeasesOncePerHalfInterval(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	clock := time.Now()
+	r := &countingReader{Reader: env.Client}
+	s := &qemumachine.Scheduler{Reader: r, LeaseNamespace: ns, CheckInterval: 2 * time.Second, Now: func() time.Time { return clock }}
+	for range 5 {
+		_, err := s.LiveAgents(t.Context())
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(r.lists).To(Equal(1))
+	clock = clock.Add(time.Second)
+	_, err := s.LiveAgents(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.lists).To(Equal(2))
 }
