@@ -34,8 +34,8 @@ import (
 // ClusterRole): its QemuMachines and Events. Its heartbeat Lease is
 // granted by a Role in the Lease namespace (the chart's machine agent Role).
 //
-// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines,verbs=get;list;watch;patch;update
-// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines/status,verbs=get;patch
 // +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

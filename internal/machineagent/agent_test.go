@@ -13,10 +13,16 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
@@ -44,6 +50,52 @@ type cluster struct {
 	states        map[string]string
 	managerStarts int
 	agentStarts   map[string]int
+	// agentConfig reaches the API server as the agents' ServiceAccount,
+	// holding exactly the chart's rights.
+	agentConfig *rest.Config
+}
+
+// agentIdentity grants the ServiceAccount machine-agent of c.leaseNS what
+// the chart grants the agent: the generated ClusterRole
+// (config/rbac/machineagent/role.yaml) and a Role on Leases in the Lease
+// namespace; it returns a configuration impersonating it.
+func (c *cluster) agentIdentity(root string) *rest.Config {
+	t := c.t
+	g := NewWithT(t)
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "machineagent", "role.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	cr := &rbacv1.ClusterRole{}
+	g.Expect(yaml.Unmarshal(data, cr)).To(Succeed())
+	cr.ObjectMeta = metav1.ObjectMeta{Name: c.leaseNS + "-machine-agent"}
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: "machine-agent", Namespace: c.leaseNS}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name}, Subjects: []rbacv1.Subject{sa},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: c.leaseNS, Name: "machine-agent-lease"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: c.leaseNS, Name: role.Name}, Subjects: []rbacv1.Subject{sa},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}}
+	for _, o := range []client.Object{cr, crb, role, rb} {
+		g.Expect(env.Client.Create(t.Context(), o)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(t.Context()), o) })
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + c.leaseNS + ":machine-agent",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.leaseNS, "system:authenticated"}}
+	// RBAC is enforced once the bindings reach the authorizer's cache.
+	g.Eventually(func(g Gomega) {
+		cl, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cl.List(t.Context(), &infrastructurev1alpha1.QemuMachineList{})).To(Succeed())
+		err = cl.Get(t.Context(), client.ObjectKey{Namespace: c.leaseNS, Name: "none"}, &coordinationv1.Lease{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "reading a Lease: %v", err)
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	// And nothing more: no Secrets, no Lease outside its namespace.
+	cl, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(apierrors.IsForbidden(cl.List(t.Context(), &corev1.SecretList{}))).To(BeTrue(), "the agent reads no Secret")
+	g.Expect(apierrors.IsForbidden(cl.Get(t.Context(), client.ObjectKey{Namespace: c.ns, Name: "none"}, &coordinationv1.Lease{}))).
+		To(BeTrue(), "the agent reads no Lease outside its namespace")
+	return cfg
 }
 
 func newCluster(t *testing.T, nodes ...string) *cluster {
@@ -59,6 +111,7 @@ func newCluster(t *testing.T, nodes ...string) *cluster {
 	}
 	c := &cluster{t: t, exe: exe, dir: dir, ns: env.NewNamespace(t), leaseNS: env.NewNamespace(t),
 		agents: map[string]*replicas.Replica{}, states: map[string]string{}, agentStarts: map[string]int{}}
+	c.agentConfig = c.agentIdentity(root)
 	for _, n := range nodes {
 		// Short: the QMP socket's path must fit a sockaddr_un.
 		st, err := os.MkdirTemp("", "cvma")
@@ -120,7 +173,7 @@ func (c *cluster) startAgent(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.agentStarts[node]++
-	r, err := replicas.StartVerb(env.Config, c.exe, c.dir, fmt.Sprintf("agent-%s-%d", node, c.agentStarts[node]),
+	r, err := replicas.StartVerb(c.agentConfig, c.exe, c.dir, fmt.Sprintf("agent-%s-%d", node, c.agentStarts[node]),
 		[]string{"agent", "machines"}, "--node-name", node, "--lease-namespace", c.leaseNS,
 		"--lease-duration", "3s", "--renew-interval", "500ms", "--health-probe-bind-address", "0",
 		"--machine-state-dir", c.states[node], "--machine-image-dir", imageDir, "--machine-power-down-grace", "500ms")
