@@ -58,6 +58,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manif
 		output:webhook:artifacts:config=config/webhook
 	$(CONTROLLER_GEN) rbac:roleName=dhcp-agent-role paths="./internal/controller/dhcpagent/..." \
 		output:rbac:artifacts:config=config/rbac/dhcp-agent
+	$(CONTROLLER_GEN) rbac:roleName=machine-agent-role paths="./internal/machineagent/..." \
+		output:rbac:artifacts:config=config/rbac/machineagent
 	hack/sync-chart.sh
 
 .PHONY: images

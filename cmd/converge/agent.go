@@ -62,5 +62,6 @@ except with --userspace (one node, a proxy on addresses the host has).`,
 	f.BoolVar(&c.Userspace, "userspace", false, "serve addresses with a userspace proxy instead of nftables: no root, no ARP, addresses the host already has (e.g. 127.240.0.0/24); one node only")
 	cmd.AddCommand(lb)
 	cmd.AddCommand(newAgentDHCPCommand(g))
+	cmd.AddCommand(newAgentMachinesCommand(g))
 	return cmd
 }

@@ -17,6 +17,14 @@ func addMachineFlags(f *pflag.FlagSet, o *setup.MachineOptions) {
 	f.DurationVar(&o.PowerDownGrace, "machine-power-down-grace", o.PowerDownGrace, "how long a VM gets to power down (ACPI) before QEMU quits (default 30s)")
 }
 
+// addQemuMachinesModeFlags adds where QemuMachine VMs run (`run` only:
+// under `converge up` they always run in its process).
+func addQemuMachinesModeFlags(f *pflag.FlagSet, o *setup.MachineOptions) {
+	f.StringVar(&o.QemuMachines, "qemu-machines", o.QemuMachines, "where QemuMachine VMs run: manager (in this process, as converge up does) or agent (under the per-node 'converge agent machines' DaemonSet; the manager only binds QemuMachines to nodes with a heartbeating agent) (default manager)")
+	f.StringVar(&o.AgentLeaseNamespace, "machine-agent-lease-namespace", o.AgentLeaseNamespace, "namespace of the machine agents' heartbeat Leases, with --qemu-machines=agent (default "+setup.DefaultAgentLeaseNamespace+")")
+	f.DurationVar(&o.AgentCheckInterval, "machine-agent-check-interval", o.AgentCheckInterval, "how often the heartbeats of the machine agents are looked at again, with --qemu-machines=agent (default 5s)")
+}
+
 // addBMCFlags adds the virtual BMCs' flags.
 func addBMCFlags(f *pflag.FlagSet, o *setup.BMCOptions) {
 	f.StringVar(&o.BindAddress, "bmc-bind-address", o.BindAddress, "address the virtual BMCs listen on (IPMI UDP and Redfish HTTPS, a port pair per BMC); in a cluster 0.0.0.0 (default 127.0.0.1)")

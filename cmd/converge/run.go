@@ -98,6 +98,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.BoolVar(&o.LBDefaultClass, "lb-default-class", o.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	f.DurationVar(&o.SQLInstanceHealthInterval, "sql-instance-health-interval", o.SQLInstanceHealthInterval, "how often a Ready PostgresInstance or MariaDBInstance logs in again")
 	addMachineFlags(f, &o.Machines)
+	addQemuMachinesModeFlags(f, &o.Machines)
 	addBMCFlags(f, &o.BMC)
 	addDHCPAgentFlags(f, &o.DHCPAgent)
 	f.StringSliceVar(&o.Webhook.Hosts, "webhook-host-names", nil, "DNS names the webhook certificate covers (e.g. converge-webhook.converge-system.svc)")

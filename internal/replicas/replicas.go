@@ -162,6 +162,12 @@ func Build(ctx context.Context, root, dir string) (string, error) {
 // cfg's server (its kubeconfig is written to dir). Its output goes to
 // dir/<name>.log.
 func Start(cfg *rest.Config, exe, dir, name string, args ...string) (*Replica, error) {
+	return StartVerb(cfg, exe, dir, name, []string{"run"}, args...)
+}
+
+// StartVerb is Start for another verb of the binary than `run` (e.g.
+// `agent machines`): exe verb... --kubeconfig <file> args...
+func StartVerb(cfg *rest.Config, exe, dir, name string, verb []string, args ...string) (*Replica, error) {
 	p, err := StartProxy(cfg)
 	if err != nil {
 		return nil, err
@@ -178,7 +184,7 @@ current-context: c
 		_ = p.Close()
 		return nil, err
 	}
-	r, err := StartDirect(kc, exe, dir, name, args...)
+	r, err := startArgv(exe, dir, name, append(append(append([]string{}, verb...), "--kubeconfig", kc), args...))
 	if err != nil {
 		_ = p.Close()
 		return nil, err
@@ -192,11 +198,15 @@ current-context: c
 // benchmark that times it or reads its memory. Its output goes to
 // dir/<name>.log.
 func StartDirect(kubeconfig, exe, dir, name string, args ...string) (*Replica, error) {
+	return startArgv(exe, dir, name, append([]string{"run", "--kubeconfig", kubeconfig}, args...))
+}
+
+func startArgv(exe, dir, name string, argv []string) (*Replica, error) {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, append([]string{"run", "--kubeconfig", kubeconfig}, args...)...)
+	cmd := exec.Command(exe, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A replica dies with the process that started it (a test binary killed
 	// by its timeout leaves no manager running against a gone API server).

@@ -34,6 +34,17 @@ type MachineOptions struct {
 	// QemuAccel is QEMU's accelerator: "kvm", "tcg" or "" (KVM where the
 	// CPU advertises hardware virtualisation and /dev/kvm opens, else TCG).
 	QemuAccel string
+	// QemuMachines says where QemuMachine VMs run: QemuMachinesManager
+	// ("" too: in this manager's process, as `converge up` does) or
+	// QemuMachinesAgent (under the per-node `converge agent machines`; this
+	// manager then only binds QemuMachines to nodes).
+	QemuMachines string
+	// AgentLeaseNamespace holds the machine agents' heartbeat Leases
+	// (QemuMachinesAgent); "converge-system" when empty.
+	AgentLeaseNamespace string
+	// AgentCheckInterval is how often the scheduler looks at the agents'
+	// heartbeats again (QemuMachinesAgent); 5 s when zero.
+	AgentCheckInterval time.Duration
 	// NetbootHTTPPort is the port of the DHCP agent's network boot HTTP
 	// server on the server address of each IPPool with networkBoot (inside
 	// Netns); zero is 8069.
@@ -59,6 +70,17 @@ type BMCOptions struct {
 	// cluster).
 	Expose string
 }
+
+// Values of MachineOptions.QemuMachines.
+const (
+	// QemuMachinesManager runs QemuMachine VMs in the manager's process.
+	QemuMachinesManager = "manager"
+	// QemuMachinesAgent runs them under per-node machine agents.
+	QemuMachinesAgent = "agent"
+)
+
+// DefaultAgentLeaseNamespace holds the machine agents' heartbeat Leases.
+const DefaultAgentLeaseNamespace = "converge-system"
 
 // Defaults of the machine stores in a cluster (volumes of the node agent).
 const (

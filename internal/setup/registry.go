@@ -116,6 +116,14 @@ var controllers = []controller{
 	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines
+		if m.QemuMachines == QemuMachinesAgent {
+			// The VMs run under the machine agents: bind, never run.
+			ns := m.AgentLeaseNamespace
+			if ns == "" {
+				ns = DefaultAgentLeaseNamespace
+			}
+			return (&qemumachine.Scheduler{LeaseNamespace: ns, CheckInterval: m.AgentCheckInterval}).SetupWithManager(mgr)
+		}
 		if m.StateDir == "" {
 			m.StateDir = DefaultMachineStateDir
 		}

@@ -340,6 +340,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	default:
 		return nil, fmt.Errorf("--machine-qemu-accel=%q: want kvm, tcg or empty (automatic)", o.Machines.QemuAccel)
 	}
+	switch o.Machines.QemuMachines {
+	case "", QemuMachinesManager, QemuMachinesAgent:
+	default:
+		return nil, fmt.Errorf("--qemu-machines=%q: want %s or %s", o.Machines.QemuMachines, QemuMachinesManager, QemuMachinesAgent)
+	}
 	if p := o.Machines.NetbootHTTPPort; p < 0 || p > 65535 {
 		return nil, fmt.Errorf("--netboot-http-port=%d: want a TCP port (1-65535), or 0 for the default 8069", p)
 	}

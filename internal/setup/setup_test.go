@@ -349,3 +349,14 @@ func TestNewCertManagerValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestQemuMachinesMode: --qemu-machines takes manager (the default, also
+// empty) or agent; anything else is refused before the manager is built.
+func TestQemuMachinesMode(t *testing.T) {
+	o := DefaultOptions()
+	o.Machines.QemuMachines = "node"
+	_, err := New(t.Context(), &rest.Config{Host: "https://127.0.0.1:1"}, o)
+	if err == nil || !strings.Contains(err.Error(), `--qemu-machines="node"`) {
+		t.Fatalf("setup.New with --qemu-machines=node: got %v, want it refused naming the flag", err)
+	}
+}

@@ -300,6 +300,59 @@ func TestHelmValues(t *testing.T) {
 		g.Expect(rb.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: "prod-converge-lb-agent", Namespace: "platform"}))
 	})
 
+	t.Run("machine agent", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := template(t, "converge", namespace)
+		g.Expect(ofKind(objs, "DaemonSet")).To(BeEmpty(), "off by default")
+		g.Expect(managerArgs(g, objs)).NotTo(ContainElement("--qemu-machines=agent"))
+
+		objs = template(t, "converge", namespace, "machineAgent.enabled=true", "machineAgent.image=converge-qemu:1")
+		g.Expect(managerArgs(g, objs)).To(ContainElements("--qemu-machines=agent", "--machine-agent-lease-namespace=$(POD_NAMESPACE)"))
+		ds := &appsv1.DaemonSet{}
+		convert(g, find(g, objs, "DaemonSet", "converge-machine-agent"), ds)
+		pod := ds.Spec.Template.Spec
+		g.Expect(pod.HostNetwork).To(BeTrue())
+		g.Expect(pod.ServiceAccountName).To(Equal("converge-machine-agent"))
+		c := pod.Containers[0]
+		g.Expect(c.Image).To(Equal("converge-qemu:1"))
+		g.Expect(c.Args).To(ContainElements("agent", "machines", "--node-name=$(NODE_NAME)", "--lease-namespace=$(POD_NAMESPACE)",
+			"--machine-state-dir=/var/lib/converge/machines"))
+		g.Expect(c.SecurityContext.Privileged).To(HaveValue(BeTrue()))
+		var state *corev1.Volume
+		for i := range pod.Volumes {
+			if pod.Volumes[i].Name == "state" {
+				state = &pod.Volumes[i]
+			}
+		}
+		g.Expect(state).NotTo(BeNil())
+		g.Expect(state.HostPath).NotTo(BeNil(), "the VM state outlives the agent Pod")
+
+		// The agent's own ServiceAccount holds exactly the generated rules,
+		// and its Lease only in the release namespace.
+		data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "machineagent", "role.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		gen := &rbacv1.ClusterRole{}
+		convert(g, decode(t, data)[0], gen)
+		cr := &rbacv1.ClusterRole{}
+		convert(g, find(g, objs, "ClusterRole", "converge-machine-agent-role"), cr)
+		g.Expect(cr.Rules).To(Equal(gen.Rules))
+		g.Expect(allows(cr.Rules, "coordination.k8s.io", "leases", "get")).To(BeFalse(), "no Lease anywhere else")
+		role := &rbacv1.Role{}
+		convert(g, find(g, objs, "Role", "converge-machine-agent-lease"), role)
+		g.Expect(role.Namespace).To(Equal(namespace))
+		g.Expect(allows(role.Rules, "coordination.k8s.io", "leases", "get", "create", "update")).To(BeTrue())
+		for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+			for _, o := range ofKind(objs, kind) {
+				if !strings.Contains(o.GetName(), "machine-agent") {
+					continue
+				}
+				b := &rbacv1.RoleBinding{}
+				convert(g, o, b)
+				g.Expect(b.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: "converge-machine-agent", Namespace: namespace}))
+			}
+		}
+	})
+
 	t.Run("receiver port and tmp size", func(t *testing.T) {
 		g := NewWithT(t)
 		objs := template(t, "converge", namespace, "receiver.port=8099", "tmp.sizeLimit=1Gi")

@@ -110,6 +110,21 @@ const (
 	// power state and the NICs in one patch, and a VM started before that
 	// would boot without its network.
 	WaitingForMachineReason = "WaitingForMachine"
+	// AgentReadyCondition (QemuMachines bound to a node) is True while
+	// the machine agent of spec.nodeName heartbeats. The manager's
+	// scheduler owns it.
+	AgentReadyCondition = "AgentReady"
+	// AgentHeartbeatingReason: the agent on spec.nodeName renews its
+	// heartbeat Lease.
+	AgentHeartbeatingReason = "AgentHeartbeating"
+	// AgentNotHeartbeatingReason: the agent on spec.nodeName stopped
+	// renewing its heartbeat Lease (or never had one). The QemuMachine
+	// keeps its binding: its VM, if any, still runs on that node, and is
+	// never started on a second one.
+	AgentNotHeartbeatingReason = "AgentNotHeartbeating"
+	// NoAgentAvailableReason: the QemuMachine is not bound yet and no
+	// machine agent heartbeats, so no node can take it.
+	NoAgentAvailableReason = "NoAgentAvailable"
 	// NodeConflictReason: a Node with the KwokMachine's name exists and was
 	// not made for it; it is never adopted.
 	NodeConflictReason = "NodeConflict"

@@ -5,8 +5,19 @@ import (
 )
 
 // QemuMachineSpec is the desired state of a QemuMachine.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="spec.nodeName is immutable once set: the VM runs under that node's agent and is never started on a second node"
 type QemuMachineSpec struct {
 	MachineSpecFields `json:",inline"`
+
+	// nodeName binds the QemuMachine to the node whose machine agent
+	// (`converge agent machines`) runs its VM. Set by the manager's
+	// scheduler (with --qemu-machines=agent) or by the user; immutable once
+	// set. A manager running VMs itself (--qemu-machines=manager, `converge
+	// up`) runs only QemuMachines without it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	NodeName string `json:"nodeName,omitempty"`
 
 	// cpus is the number of virtual CPUs. Default 1.
 	// +optional
@@ -24,6 +35,12 @@ type QemuMachineSpec struct {
 // QemuMachineStatus is the observed state of a QemuMachine.
 type QemuMachineStatus struct {
 	MachineStatusFields `json:",inline"`
+
+	// nodeName is the node whose machine agent runs the VM; empty when
+	// the manager runs it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
 
 	// pid is the QEMU process's id while it runs.
 	// +optional
@@ -44,8 +61,10 @@ type QemuMachineStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=qm,categories=converge;machines
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.powerState`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="PID",type=integer,JSONPath=`.status.pid`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

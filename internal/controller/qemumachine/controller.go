@@ -16,10 +16,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
@@ -52,6 +54,12 @@ type Reconciler struct {
 	// no VM outlives it). Off in a cluster, where a manager restart must
 	// not touch a VM.
 	StopVMsOnExit bool
+	// NodeName is the node of the machine agent running this reconciler
+	// (`converge agent machines`): only QemuMachines whose spec.nodeName
+	// is NodeName are reconciled. Empty in a manager running VMs itself,
+	// which reconciles only QemuMachines without spec.nodeName, so that no
+	// VM is ever started by both.
+	NodeName string
 }
 
 // +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines,verbs=get;list;watch;patch;update
@@ -77,9 +85,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&infrastructurev1alpha1.QemuMachine{}).
+		For(&infrastructurev1alpha1.QemuMachine{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.ours))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
+}
+
+// ours reports whether this reconciler runs obj's VM: bound to its node,
+// or, in a manager, not bound to any.
+func (r *Reconciler) ours(obj client.Object) bool {
+	qm, ok := obj.(*infrastructurev1alpha1.QemuMachine)
+	return ok && qm.Spec.NodeName == r.NodeName
 }
 
 // ProviderID is a QemuMachine's providerID.
@@ -102,6 +117,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	qm := &infrastructurev1alpha1.QemuMachine{}
 	if err := r.Get(ctx, req.NamespacedName, qm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !r.ours(qm) { // bound to another node (or, for an agent, to none yet)
+		return ctrl.Result{}, nil
 	}
 	if !qm.DeletionTimestamp.IsZero() {
 		if !controllerutil.ContainsFinalizer(qm, infrastructurev1alpha1.QemuMachineFinalizer) {
@@ -146,6 +164,7 @@ func bootDevice(qm *infrastructurev1alpha1.QemuMachine) machinev1alpha1.BootDevi
 func (r *Reconciler) reconcileVM(ctx context.Context, qm *infrastructurev1alpha1.QemuMachine) (ctrl.Result, error) {
 	vm := id(qm)
 	qm.Status.ConsoleLog = r.Host.ConsoleLog(vm)
+	qm.Status.NodeName = r.NodeName
 	if qm.Spec.PowerState == "" && metav1.GetControllerOf(qm) == nil && r.Host.PID(vm) == 0 {
 		setReady(qm, metav1.ConditionFalse, infrastructurev1alpha1.WaitingForMachineReason,
 			"no Machine controls this QemuMachine yet and spec.powerState is unset: nothing is started until a Machine takes it (with its NICs) or spec.powerState is set")

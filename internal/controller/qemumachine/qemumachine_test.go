@@ -278,3 +278,26 @@ func TestQemuMachineConformance(t *testing.T) {
 		},
 	})
 }
+
+// A manager running VMs itself never touches a QemuMachine bound to a
+// node (spec.nodeName): that node's machine agent runs it, and starting it
+// here too would run two VMs. The unbound one beside it does run.
+func TestManagerLeavesBoundQemuMachines(t *testing.T) {
+	testenv.Need(t, env)
+	ns := env.NewNamespace(t)
+	g := NewWithT(t)
+	bound := &infrastructurev1alpha1.QemuMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bound"}}
+	bound.Spec.Image, bound.Spec.PowerState, bound.Spec.NodeName = "busybox", machinev1alpha1.PowerOn, "node-elsewhere"
+	g.Expect(env.Client.Create(t.Context(), bound)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(t.Context(), bound) })
+	newQM(t, ns, "unbound", "no-such-image", nil)
+	g.Eventually(func(g Gomega) {
+		g.Expect(readyReason(getQM(t, g, ns, "unbound"))).To(Equal(infrastructurev1alpha1.ImageNotFoundReason))
+	}).WithTimeout(wait).Should(Succeed(), "the manager reconciles unbound QemuMachines")
+	g.Consistently(func(g Gomega) {
+		qm := getQM(t, g, ns, "bound")
+		g.Expect(qm.Finalizers).To(BeEmpty())
+		g.Expect(qm.Spec.ProviderID).To(BeEmpty())
+		g.Expect(qm.Status.Conditions).To(BeEmpty())
+	}).WithTimeout(3*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "the manager leaves a bound QemuMachine alone")
+}
