@@ -1,12 +1,14 @@
 package main
 
 import (
-	"fmt"
+	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/converge-dev/converge/internal/lbagent"
@@ -28,23 +30,13 @@ address reached an endpoint. Needs root (CAP_NET_ADMIN, CAP_NET_RAW),
 except with --userspace (one node, a proxy on addresses the host has).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := setupLogging(g, os.Stderr); err != nil {
-				return err
-			}
-			if c.NodeName == "" {
-				c.NodeName = os.Getenv("NODE_NAME")
-			}
-			if c.NodeName == "" {
-				return fmt.Errorf("--node-name (or $NODE_NAME) is required")
-			}
-			cfg, err := restConfig(g.kubeconfig)
+			ctx, cancel, cfg, err := startNodeAgent(cmd, g, &c.NodeName)
 			if err != nil {
 				return err
 			}
+			defer cancel()
 			c.RESTConfig, c.Scheme = cfg, setup.Scheme()
 			c.Log = ctrl.Log.WithName("lbagent").WithValues("node", c.NodeName)
-			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer cancel()
 			return lbagent.Run(ctx, c)
 		},
 	}
@@ -64,4 +56,26 @@ except with --userspace (one node, a proxy on addresses the host has).`,
 	cmd.AddCommand(newAgentDHCPCommand(g))
 	cmd.AddCommand(newAgentMachinesCommand(g))
 	return cmd
+}
+
+// startNodeAgent is the common start of a per-node agent verb: logging, the
+// node's name (--node-name, else $NODE_NAME, as a DaemonSet's fieldRef
+// sets it), the REST config, and a context that SIGTERM or Ctrl-C ends
+// (call cancel when done).
+func startNodeAgent(cmd *cobra.Command, g *globalFlags, node *string) (context.Context, context.CancelFunc, *rest.Config, error) {
+	if err := setupLogging(g, os.Stderr); err != nil {
+		return nil, nil, nil, err
+	}
+	if *node == "" {
+		*node = os.Getenv("NODE_NAME")
+	}
+	if *node == "" {
+		return nil, nil, nil, errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	cfg, err := restConfig(g.kubeconfig)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	return ctx, cancel, cfg, nil
 }

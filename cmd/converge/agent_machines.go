@@ -1,11 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -31,23 +26,13 @@ re-attaches to each QEMU through the pidfile and QMP socket in
 (CAP_NET_ADMIN) for --machine-netns bridges and taps.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := setupLogging(g, os.Stderr); err != nil {
-				return err
-			}
-			if c.NodeName == "" {
-				c.NodeName = os.Getenv("NODE_NAME")
-			}
-			if c.NodeName == "" {
-				return fmt.Errorf("--node-name (or $NODE_NAME) is required")
-			}
-			cfg, err := restConfig(g.kubeconfig)
+			ctx, cancel, cfg, err := startNodeAgent(cmd, g, &c.NodeName)
 			if err != nil {
 				return err
 			}
+			defer cancel()
 			c.RESTConfig, c.Scheme = cfg, setup.Scheme()
 			c.Log = ctrl.Log.WithName("machineagent").WithValues("node", c.NodeName)
-			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer cancel()
 			return machineagent.Run(ctx, c)
 		},
 	}

@@ -318,6 +318,8 @@ func TestHelmValues(t *testing.T) {
 		g.Expect(c.Args).To(ContainElements("agent", "machines", "--node-name=$(NODE_NAME)", "--lease-namespace=$(POD_NAMESPACE)",
 			"--machine-state-dir=/var/lib/converge/machines"))
 		g.Expect(c.SecurityContext.Privileged).To(HaveValue(BeTrue()))
+		// An upgrade of the chart never restarts an agent (and its VMs).
+		g.Expect(ds.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteDaemonSetStrategyType))
 		var state *corev1.Volume
 		for i := range pod.Volumes {
 			if pod.Volumes[i].Name == "state" {
