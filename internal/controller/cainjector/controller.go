@@ -10,7 +10,10 @@
 // and CA rotation: when the CA changes, the CAs the object trusted before are
 // kept beside the new one for an overlap (Reconciler.Overlap), so that a
 // server still presenting a certificate from the old CA while it reloads is
-// trusted, and dropped after it.
+// trusted, and dropped after it. The overlap does not end while a Secret
+// issued by a Certificate still holds a certificate signed by an old CA (it
+// is renewed at its own renewal time, not when its CA rotates), and runs
+// again whenever such a certificate is reissued.
 //
 // Targets are watched as metadata only (CRDs are large) and read uncached
 // when one must be patched; every patch carries the resourceVersion it read.
@@ -18,7 +21,9 @@ package cainjector
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -52,6 +57,11 @@ const (
 	OverlapUntilAnnotation = "pki.converge.dev/ca-overlap-until"
 	// OverlapRotationAnnotation identifies the CA set that overlap is for.
 	OverlapRotationAnnotation = "pki.converge.dev/ca-overlap-rotation"
+	// OverlapLeavesAnnotation identifies the certificates signed by the
+	// kept CAs that issued Secrets still held at the last reconcile; while
+	// there are any the overlap does not end, and when they change it runs
+	// again.
+	OverlapLeavesAnnotation = "pki.converge.dev/ca-overlap-leaves"
 )
 
 // Event reasons.
@@ -79,6 +89,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Overlap is how long the previous CAs stay trusted after a rotation
+	// and after the last certificate they signed is reissued
 	// (DefaultOverlap when zero; negative: not at all).
 	Overlap time.Duration
 	// Now is the clock; time.Now when nil.
@@ -253,7 +264,11 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	anns := u.GetAnnotations()
 	until, _ := time.Parse(time.RFC3339, anns[OverlapUntilAnnotation])
 	now := r.Now()
-	p, err := desired(caPEM, current, until, anns[OverlapRotationAnnotation], now, r.Overlap)
+	st := overlapState{until: until, rotation: anns[OverlapRotationAnnotation], leaves: anns[OverlapLeavesAnnotation]}
+	p, err := desired(caPEM, current, st, func() ([]*x509.Certificate, error) { return r.issuedLeaves(ctx) }, now, r.Overlap)
+	if errors.Is(err, errListingLeaves) {
+		return reconcile.Result{}, fmt.Errorf("injecting the CA of Certificate %s/%s into %s %s: %w", ns, name, r.kind.gvk.Kind, u.GetName(), err)
+	}
 	if err != nil {
 		r.Recorder.Eventf(u, nil, corev1.EventTypeWarning, CANotAvailableReason, "Inject", "ca.crt of Certificate %s/%s: %v; the CA bundle is left as it is", ns, name, err)
 		return reconcile.Result{}, nil
@@ -263,12 +278,15 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	for _, pt := range points {
 		pt["caBundle"] = enc
 	}
-	if p.until.IsZero() {
-		delete(anns, OverlapUntilAnnotation)
-		delete(anns, OverlapRotationAnnotation)
-	} else {
+	delete(anns, OverlapUntilAnnotation)
+	delete(anns, OverlapRotationAnnotation)
+	delete(anns, OverlapLeavesAnnotation)
+	if !p.until.IsZero() {
 		anns[OverlapUntilAnnotation] = p.until.UTC().Format(time.RFC3339)
 		anns[OverlapRotationAnnotation] = p.rotation
+		if p.leaves != "" {
+			anns[OverlapLeavesAnnotation] = p.leaves
+		}
 	}
 	u.SetAnnotations(anns)
 	var res reconcile.Result
@@ -284,9 +302,32 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	msg := fmt.Sprintf("CA bundle of Certificate %s/%s injected into %d place(s)", ns, name, len(points))
 	if !p.until.IsZero() {
 		msg += fmt.Sprintf("; the previous CA stays trusted until %s", p.until.UTC().Format(time.RFC3339))
+		if p.leaves != "" {
+			msg += " (and while issued Secrets hold certificates it signed)"
+		}
 	}
 	r.Recorder.Eventf(u, nil, corev1.EventTypeNormal, InjectedReason, "Inject", "%s", msg)
 	return res, nil
+}
+
+// errListingLeaves wraps a failure to read the issued Secrets.
+var errListingLeaves = errors.New("listing issued certificates")
+
+// issuedLeaves returns the first certificate of every Secret a Certificate
+// issued (labelled with pkiv1alpha1.CertificateNameLabel; their data is in
+// the cache), in every namespace the manager watches.
+func (r *kindReconciler) issuedLeaves(ctx context.Context) ([]*x509.Certificate, error) {
+	list := &corev1.SecretList{}
+	if err := r.List(ctx, list, client.HasLabels{pkiv1alpha1.CertificateNameLabel}); err != nil {
+		return nil, fmt.Errorf("%w: %w", errListingLeaves, err)
+	}
+	var out []*x509.Certificate
+	for i := range list.Items {
+		if chain := parseBundle(list.Items[i].Data[corev1.TLSCertKey]); len(chain) > 0 {
+			out = append(out, chain[0])
+		}
+	}
+	return out, nil
 }
 
 // caOf returns the ca.crt of the Certificate's Secret, or why there is none.

@@ -25,6 +25,7 @@ import (
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/certcli"
+	"github.com/converge-dev/converge/internal/controller/cainjector"
 	"github.com/converge-dev/converge/internal/testenv"
 	"github.com/converge-dev/converge/internal/webhookcert"
 )
@@ -193,6 +194,7 @@ func (l *admissionLoop) run(ctx context.Context, ns string) {
 			cm.Data["n"] = "1"
 			l.call(ctx, func() error { return env.Client.Update(ctx, cm) })
 		}
+		time.Sleep(10 * time.Millisecond) // dense enough for windows of a second, light on the machine
 	}
 }
 
@@ -296,13 +298,15 @@ func leafOf(t *testing.T, g Gomega, ns, name string) *x509.Certificate {
 // server (failurePolicy Fail) whose caBundle is injected from a CA
 // Certificate, while ConfigMaps are created and updated through it without
 // pause. The CA rotates (new key); the server keeps serving its leaf from the
-// old CA until that leaf is renewed, then serves one from the new CA (reloaded
-// from its Secret); the overlap ends. Not one admission call fails: the bundle
-// went old -> new + old -> new, and the server presented the old leaf, then
-// the new one. The order is the one a real rotation produces and the
-// dangerous one: the bundle changes first, the leaf later (at its renewal),
-// so calls are made while the bundle holds the new CA and the server still
-// presents the old leaf.
+// old CA, past the end of the first overlap (the leaf is not due for
+// renewal, and the injector holds the old CA while it is issued); the leaf is
+// renewed and the server reloads one from the new CA from its Secret; the
+// overlap ends. Not one admission call fails: the bundle went old -> new +
+// old -> new, and the server presented the old leaf, then the new one. The
+// order is the one a real rotation produces and the dangerous one: the
+// bundle changes first, the leaf later (at its renewal), so calls are made
+// while the bundle holds the new CA and the server still presents the old
+// leaf.
 func TestRotationThroughALiveWebhook(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -361,6 +365,13 @@ func TestRotationThroughALiveWebhook(t *testing.T) {
 
 	var loop admissionLoop
 	wg.Go(func() { loop.run(loopCtx, ns) })
+	t.Cleanup(func() {
+		if t.Failed() { // say what the admission calls saw, wherever the test stopped
+			loop.mu.Lock()
+			defer loop.mu.Unlock()
+			t.Logf("%d admission calls failed; the first: %v", len(loop.errors), loop.errors[:min(3, len(loop.errors))])
+		}
+	})
 	loop.enter(g, phaseOldCA)
 
 	// Rotate the CA: its Secret is deleted and reissued with a new key. The
@@ -372,6 +383,25 @@ func TestRotationThroughALiveWebhook(t *testing.T) {
 	g.Expect(ca2).To(HaveLen(1))
 	g.Expect(ca2[0].PublicKey).NotTo(Equal(ca1[0].PublicKey), "a new key")
 	testenv.Eventually(g, injectedNow).Should(ContainElement("new CA"), "the new CA injected")
+	loop.enter(g, phaseOverlapOld)
+
+	// The overlap ends while the serving Secret still holds the leaf from
+	// the old CA (it is not due for renewal): the old CA stays trusted for
+	// another overlap rather than cutting the server off.
+	overlapUntil := func(g Gomega) time.Time {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(vwc.GroupVersionKind())
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(vwc), got)).To(Succeed())
+		g.Expect(got.GetAnnotations()).To(HaveKey(cainjector.OverlapLeavesAnnotation), "the old leaf is seen as issued")
+		until, err := time.Parse(time.RFC3339, got.GetAnnotations()[cainjector.OverlapUntilAnnotation])
+		g.Expect(err).NotTo(HaveOccurred())
+		return until
+	}
+	first := overlapUntil(g)
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(overlapUntil(g)).To(BeTemporally(">", first), "the overlap held past its first end")
+	}).Should(Succeed())
+	g.Expect(injectedNow()).To(Equal([]string{"new CA", "old CA"}))
 	loop.enter(g, phaseOverlapOld)
 	_, last := srv.servedLeaves()
 	g.Expect(last.Equal(leaf1)).To(BeTrue(), "the old leaf was still served")
