@@ -420,18 +420,19 @@ func TestRotationThroughALiveWebhook(t *testing.T) {
 	// The overlap ends: only the new CA is trusted.
 	testenv.Eventually(g, injectedNow).Should(Equal([]string{"new CA"}), "the old CA dropped after the overlap")
 	loop.enter(g, phaseNewCA)
-	reviews := srv.reviews.Load()
 	stop()
 	wg.Wait()
 
 	loop.mu.Lock()
 	defer loop.mu.Unlock()
+	var succeeded int64
 	for p := range phases {
 		t.Logf("phase %q: %d admission calls, %d failed", phaseNames[p], loop.done[p].Load(), loop.failures[p].Load())
+		succeeded += loop.done[p].Load() - loop.failures[p].Load()
 	}
 	g.Expect(loop.errors).To(BeEmpty(), "no admission call failed across the rotation")
 	g.Expect(srv.handshakeErrors.Load()).To(BeZero(), "no handshake refused")
-	g.Expect(reviews).To(BeNumerically(">=", phases*callsPerPhase), "every call went through the webhook")
+	g.Expect(srv.reviews.Load()).To(BeNumerically(">=", succeeded), "every call went through the webhook")
 	served, _ := srv.servedLeaves()
 	g.Expect(served).To(HaveLen(2), "the old leaf, then the new one")
 	g.Expect(served[0].Equal(leaf1) && served[1].Equal(leaf2)).To(BeTrue(), "the old leaf, then the new one")
