@@ -112,8 +112,9 @@ func signedBy(cas, leaves []*x509.Certificate, now time.Time) []*x509.Certificat
 //   - a rotation not seen before (its rotation differs from the new set's
 //     fingerprint) starts the overlap at now;
 //   - while an issued Secret still holds an unexpired certificate signed by
-//     a kept CA (leaves returns every certificate the issued Secrets hold),
-//     the overlap does not end: a server presenting it would be cut off;
+//     a kept CA (leaves returns the certificates the issued Secrets in the
+//     CA Certificate's namespace hold), the overlap does not end: a server
+//     presenting it would be cut off;
 //   - when that set of certificates changes (one was reissued from the new
 //     CA), the overlap runs for at least its length again, so the server
 //     has time to reload the new one;

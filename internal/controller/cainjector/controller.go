@@ -11,9 +11,10 @@
 // kept beside the new one for an overlap (Reconciler.Overlap), so that a
 // server still presenting a certificate from the old CA while it reloads is
 // trusted, and dropped after it. The overlap does not end while a Secret
-// issued by a Certificate still holds a certificate signed by an old CA (it
-// is renewed at its own renewal time, not when its CA rotates), and runs
-// again whenever such a certificate is reissued.
+// issued by a Certificate in the CA Certificate's namespace still holds a
+// certificate signed by an old CA (it is renewed at its own renewal time, not
+// when its CA rotates), and runs again whenever such a certificate is
+// reissued.
 //
 // Targets are watched as metadata only (CRDs are large) and read uncached
 // when one must be patched; every patch carries the resourceVersion it read.
@@ -265,7 +266,7 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	until, _ := time.Parse(time.RFC3339, anns[OverlapUntilAnnotation])
 	now := r.Now()
 	st := overlapState{until: until, rotation: anns[OverlapRotationAnnotation], leaves: anns[OverlapLeavesAnnotation]}
-	p, err := desired(caPEM, current, st, func() ([]*x509.Certificate, error) { return r.issuedLeaves(ctx) }, now, r.Overlap)
+	p, err := desired(caPEM, current, st, func() ([]*x509.Certificate, error) { return r.issuedLeaves(ctx, ns) }, now, r.Overlap)
 	if errors.Is(err, errListingLeaves) {
 		return reconcile.Result{}, fmt.Errorf("injecting the CA of Certificate %s/%s into %s %s: %w", ns, name, r.kind.gvk.Kind, u.GetName(), err)
 	}
@@ -315,10 +316,14 @@ var errListingLeaves = errors.New("listing issued certificates")
 
 // issuedLeaves returns the first certificate of every Secret a Certificate
 // issued (labelled with pkiv1alpha1.CertificateNameLabel; their data is in
-// the cache), in every namespace the manager watches.
-func (r *kindReconciler) issuedLeaves(ctx context.Context) ([]*x509.Certificate, error) {
+// the cache) in namespace ns, the namespace of the CA's Certificate. Only
+// there: whoever can write Secrets there can already replace the CA, while
+// a tenant elsewhere holding a certificate from the old CA must not keep it
+// trusted in cluster-wide objects. A Secret change there also wakes the
+// targets (forSecret), so a reissue is seen at once.
+func (r *kindReconciler) issuedLeaves(ctx context.Context, ns string) ([]*x509.Certificate, error) {
 	list := &corev1.SecretList{}
-	if err := r.List(ctx, list, client.HasLabels{pkiv1alpha1.CertificateNameLabel}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(ns), client.HasLabels{pkiv1alpha1.CertificateNameLabel}); err != nil {
 		return nil, fmt.Errorf("%w: %w", errListingLeaves, err)
 	}
 	var out []*x509.Certificate
