@@ -6,7 +6,10 @@
 // (spec.caBundle). It is cert-manager's cainjector for Converge's
 // Certificates.
 //
-// The bundle is the ca.crt of the Certificate's Secret. It follows renewals
+// The bundle is the ca.crt of the Certificate's Secret, plus, for a
+// Certificate of a built-in CA issuer, the CA that issuer signs with now
+// (so a rotated CA is trusted before the Certificate is reissued from it).
+// It follows renewals
 // and CA rotation: when the CA changes, the CAs the object trusted before are
 // kept beside the new one for an overlap (Reconciler.Overlap), so that a
 // server still presenting a certificate from the old CA while it reloads is
@@ -44,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/issuerref"
 )
 
 // ControllerName is the name used with --controllers.
@@ -79,7 +83,7 @@ const (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=pki.converge.dev,resources=certificates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=pki.converge.dev,resources=certificates;issuers;clusterissuers,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -95,6 +99,8 @@ type Reconciler struct {
 	Overlap time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ClusterResourceNamespace holds the CA Secrets of ClusterIssuers.
+	ClusterResourceNamespace string
 }
 
 // kind is one kind of target and where its bundles are.
@@ -222,10 +228,12 @@ func (r *kindReconciler) forCertificate(ctx context.Context, o client.Object) []
 }
 
 // forSecret wakes every target naming a Certificate in the Secret's
-// namespace (there are few targets; reading each Certificate is the
-// reconcile's job).
+// namespace, or every target for a Secret of the cluster resource namespace
+// (a ClusterIssuer's CA). There are few targets; reading each Certificate is
+// the reconcile's job.
 func (r *kindReconciler) forSecret(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.targets(ctx, func(ns, _ string) bool { return ns == o.GetNamespace() })
+	clusterCA := r.ClusterResourceNamespace != "" && o.GetNamespace() == r.ClusterResourceNamespace
+	return r.targets(ctx, func(ns, _ string) bool { return clusterCA || ns == o.GetNamespace() })
 }
 
 func parseRef(v string) (string, string, error) {
@@ -355,7 +363,55 @@ func (r *kindReconciler) caOf(ctx context.Context, ns, name string) ([]byte, str
 	if len(ca) == 0 {
 		return nil, fmt.Sprintf("Secret %s/%s of Certificate %s has no ca.crt", ns, cert.Spec.SecretName, name)
 	}
+	if issuerCA := r.issuerCA(ctx, cert); len(issuerCA) > 0 {
+		// The CA the next certificate will chain to, first: it is trusted
+		// before the certificate is reissued from it.
+		ca = encodeBundle(union(parseBundle(issuerCA), parseBundle(ca)))
+	}
 	return ca, ""
+}
+
+// issuerCA returns the CA a built-in CA issuer of the Certificate signs
+// with now (the ca.crt of its CA Secret, else the last certificate of its
+// tls.crt, as the issuer does), or nil for any other issuer or when it
+// cannot be read (the Secret's ca.crt is then the bundle). Without it, a
+// Certificate named in the annotation whose CA rotated changes its ca.crt
+// and its certificate in one write, and its server can present the new
+// certificate before the API server trusts the new CA.
+func (r *kindReconciler) issuerCA(ctx context.Context, cert *pkiv1alpha1.Certificate) []byte {
+	if !issuerref.IsBuiltIn(cert.Spec.IssuerRef) {
+		return nil
+	}
+	iss, err := issuerref.Get(ctx, r.Client, cert.Namespace, cert.Spec.IssuerRef)
+	if err != nil || iss.GetSpec().CA == nil {
+		return nil
+	}
+	ns := issuerref.SecretNamespace(iss, r.ClusterResourceNamespace)
+	if ns == "" {
+		return nil
+	}
+	sec := &corev1.Secret{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: iss.GetSpec().CA.SecretName}, sec); err != nil {
+		return nil
+	}
+	if ca := sec.Data["ca.crt"]; len(ca) > 0 {
+		return ca
+	}
+	if chain := parseBundle(sec.Data[corev1.TLSCertKey]); len(chain) > 0 {
+		return encodeBundle(chain[len(chain)-1:])
+	}
+	return nil
+}
+
+// union returns a, then the certificates of b not in a.
+func union(a, b []*x509.Certificate) []*x509.Certificate {
+	out := append([]*x509.Certificate(nil), a...)
+	for _, c := range b {
+		if !contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func stringField(m map[string]any, k string) string {

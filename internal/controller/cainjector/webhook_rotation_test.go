@@ -19,6 +19,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -307,22 +308,58 @@ func leafOf(t *testing.T, g Gomega, ns, name string) *x509.Certificate {
 // bundle changes first, the leaf later (at its renewal), so calls are made
 // while the bundle holds the new CA and the server still presents the old
 // leaf.
+//
+// It runs twice: with inject-ca-from naming the CA Certificate, and naming
+// the serving Certificate itself (whose ca.crt changes only when it is
+// reissued, in the same write as its certificate: the injector adds its CA
+// Issuer's current CA, so the new CA is trusted before the leaf moves to
+// it). Only the first needs the overlap held past its end: in the second the
+// old CA is the serving Secret's own ca.crt until the reissue.
 func TestRotationThroughALiveWebhook(t *testing.T) {
 	testenv.Need(t, env)
+	t.Run("inject-ca-from the CA", func(t *testing.T) { rotateThroughALiveWebhook(t, "ca", false) })
+	t.Run("inject-ca-from the serving Certificate", func(t *testing.T) { rotateThroughALiveWebhook(t, "serving", false) })
+	t.Run("inject-ca-from the serving Certificate of a ClusterIssuer", func(t *testing.T) { rotateThroughALiveWebhook(t, "serving", true) })
+}
+
+// rotateThroughALiveWebhook runs the test with inject-ca-from naming
+// injectFrom ("ca" or "serving"), the serving Certificate issued by a CA
+// Issuer or, with cluster, a CA ClusterIssuer whose CA Certificate lives in
+// the cluster resource namespace.
+func rotateThroughALiveWebhook(t *testing.T, injectFrom string, cluster bool) {
 	g := NewWithT(t)
 	ctx := t.Context()
 	ns := env.NewNamespace(t)
 
-	// A CA Issuer backed by a CA Certificate, and the serving Certificate
+	// A CA issuer backed by a CA Certificate, and the serving Certificate
 	// for 127.0.0.1, the address the API server calls.
-	caCertificate(t, ns, "ca")
-	g.Expect(env.Client.Create(ctx, &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca-issuer"},
-		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}})).To(Succeed())
+	caNS, caName, issuer := ns, "ca", pkiv1alpha1.IssuerReference{Name: "ca-issuer"}
+	if cluster {
+		caNS, caName, issuer = clusterResourceNamespace, ns, pkiv1alpha1.IssuerReference{Name: ns, Kind: "ClusterIssuer"}
+		iss := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}}}
+		g.Expect(env.Client.Create(ctx, iss)).To(Succeed())
+		t.Cleanup(func() {
+			// Not in the test's namespace: deleted one by one.
+			bg := context.WithoutCancel(ctx)
+			for _, o := range []client.Object{iss,
+				&pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: caNS, Name: caName}},
+				&pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: caNS, Name: caName + "-root"}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: caNS, Name: caName}}} {
+				if err := env.Client.Delete(bg, o); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("deleting %T %s: %v", o, o.GetName(), err)
+				}
+			}
+		})
+	} else {
+		g.Expect(env.Client.Create(ctx, &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca-issuer"},
+			Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}}})).To(Succeed())
+	}
+	caCertificate(t, caNS, caName)
 	g.Expect(env.Client.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "serving"},
 		Spec: pkiv1alpha1.CertificateSpec{SecretName: "serving", IPAddresses: []string{"127.0.0.1"},
-			IssuerRef:  pkiv1alpha1.IssuerReference{Name: "ca-issuer"},
+			IssuerRef:  issuer,
 			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm}}})).To(Succeed())
-	ca1PEM := caOf(t, g, ns, "ca", nil)
+	ca1PEM := caOf(t, g, caNS, caName, nil)
 	ca1 := certs(ca1PEM)
 	g.Expect(ca1).To(HaveLen(1))
 	var ca2 []*x509.Certificate // the CA after the rotation
@@ -333,7 +370,11 @@ func TestRotationThroughALiveWebhook(t *testing.T) {
 	}).Should(Succeed())
 
 	srv := startWebhookServer(t, g, ns, "serving")
-	vwc := create(t, fmt.Sprintf(rotationWebhookYAML, "%[1]s", "%[2]s", srv.url, ns), "rotation-"+ns, ns+"/ca")
+	ref := ns + "/" + injectFrom
+	if injectFrom == "ca" {
+		ref = caNS + "/" + caName
+	}
+	vwc := create(t, fmt.Sprintf(rotationWebhookYAML, "%[1]s", "%[2]s", srv.url, ns), "rotation-"+ns, ref)
 	var bundles bundleRecorder
 	loopCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -378,8 +419,8 @@ func TestRotationThroughALiveWebhook(t *testing.T) {
 	// serving Certificate is not due for renewal, so the server goes on
 	// presenting the leaf from the old CA while the bundle changes.
 	loop.phase.Store(phaseOverlapOld)
-	g.Expect(env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca"}})).To(Succeed())
-	ca2 = certs(caOf(t, g, ns, "ca", ca1PEM))
+	g.Expect(env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: caNS, Name: caName}})).To(Succeed())
+	ca2 = certs(caOf(t, g, caNS, caName, ca1PEM))
 	g.Expect(ca2).To(HaveLen(1))
 	g.Expect(ca2[0].PublicKey).NotTo(Equal(ca1[0].PublicKey), "a new key")
 	testenv.Eventually(g, injectedNow).Should(ContainElement("new CA"), "the new CA injected")
@@ -397,12 +438,14 @@ func TestRotationThroughALiveWebhook(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		return until
 	}
-	first := overlapUntil(g)
-	testenv.Eventually(g, func(g Gomega) {
-		g.Expect(overlapUntil(g)).To(BeTemporally(">", first), "the overlap held past its first end")
-	}).Should(Succeed())
-	g.Expect(injectedNow()).To(Equal([]string{"new CA", "old CA"}))
-	loop.enter(g, phaseOverlapOld)
+	if injectFrom == "ca" {
+		first := overlapUntil(g)
+		testenv.Eventually(g, func(g Gomega) {
+			g.Expect(overlapUntil(g)).To(BeTemporally(">", first), "the overlap held past its first end")
+		}).Should(Succeed())
+		g.Expect(injectedNow()).To(Equal([]string{"new CA", "old CA"}))
+		loop.enter(g, phaseOverlapOld)
+	}
 	_, last := srv.servedLeaves()
 	g.Expect(last.Equal(leaf1)).To(BeTrue(), "the old leaf was still served")
 
