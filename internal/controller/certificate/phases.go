@@ -38,6 +38,8 @@ type scope struct {
 	// signsAtOnce: the issuer is a built-in ca or selfSigned one, whose
 	// signer writes the request's status as soon as it sees it.
 	signsAtOnce bool
+	// hadReady: the Certificate had a Ready condition when read.
+	hadReady bool
 	// skipStatus: write no status in this reconcile (see awaitSigner).
 	skipStatus bool
 	// startChecked: this reconcile starts an issuance (no Issuing
@@ -78,6 +80,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.StalledCondition)
+	s.hadReady = meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition) != nil
 	reason, msg, obs := evaluate(c, s.secret, s.now)
 	issuing := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition)
 	underway := issuing != nil && issuing.Status == metav1.ConditionTrue
@@ -216,7 +219,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	key, keySecret, err := r.nextKey(ctx, s, keyInMemory)
 	if errors.Is(err, errStaleCache) {
-		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		return staleCache(s), nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -228,7 +231,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		if err := r.createRequest(ctx, s, name, rev, key, keySecret); err != nil {
 			return ctrl.Result{}, err
 		}
-		if s.signsAtOnce {
+		if s.mayAwaitSigner() {
 			return awaitSigner(s, signerGrace), nil
 		}
 		s.wait(pkiv1alpha1.RequestPendingReason, "created CertificateRequest "+name)
@@ -240,7 +243,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		// A request for an older spec or key: replace it, judged on the
 		// latest Certificate only.
 		if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
-			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+			return staleCache(s), nil
 		} else if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -256,7 +259,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		return r.recordFailure(s, &cr, msg)
 	}
 	ready := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
-	if age := s.now.Sub(cr.CreationTimestamp.Time); ready == nil && s.signsAtOnce && age < signerGrace {
+	if age := s.now.Sub(cr.CreationTimestamp.Time); ready == nil && s.mayAwaitSigner() && age < signerGrace {
 		return awaitSigner(s, signerGrace-age), nil
 	}
 	if ready == nil || ready.Status != metav1.ConditionTrue {
@@ -273,7 +276,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 	// status patch could not remove it; the next reconcile would take the
 	// leftover Issuing=True for a new issuance and issue a second time.
 	if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
-		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		return staleCache(s), nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -378,6 +381,24 @@ func (r *Reconciler) createRequest(ctx context.Context, s *scope, name string, r
 		return fmt.Errorf("creating CertificateRequest %s: %w", name, err)
 	}
 	return nil
+}
+
+// staleCache ends a reconcile that found its Certificate older than the
+// API server's: it writes nothing (a status computed from a stale object
+// would only conflict) and looks again shortly.
+func staleCache(s *scope) ctrl.Result {
+	s.skipStatus = true
+	return ctrl.Result{RequeueAfter: 200 * time.Millisecond}
+}
+
+// mayAwaitSigner says whether this reconcile may leave the status as it
+// is until the signer answers (awaitSigner): for an issuer that signs at
+// once, when the status says nothing wrong by staying (a new Certificate,
+// which has no Ready condition yet; a renewal, where Ready stays True).
+// Any other issuance (a spec change, a deleted or edited Secret, after a
+// failure) writes Ready=False with its reason at once.
+func (s *scope) mayAwaitSigner() bool {
+	return s.signsAtOnce && (!s.hadReady || s.secretValid)
 }
 
 // awaitSigner ends a reconcile that would only report "request pending"

@@ -287,3 +287,42 @@ func caIssuer(t *testing.T, g Gomega, ns, name string) []byte {
 	}).Should(Succeed())
 	return crt
 }
+
+// TestSpecChangeSaysNotReadyAtOnce: the status write saved while a new
+// Certificate waits for a signer that signs at once is never saved when it
+// would leave a wrong Ready=True: after a spec change the Certificate is
+// Ready=False (the old Secret no longer matches) before the new
+// certificate makes it Ready=True again.
+func TestSpecChangeSaysNotReadyAtOnce(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	caIssuer(t, g, ns, "ca")
+	c := newCert(ns, "sc", "ca", "sc.example.com")
+	g.Expect(env.Client.Create(t.Context(), c)).To(Succeed())
+	waitCert(t, g, ns, "sc", pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason)
+
+	writes := recordWrites(t, ns)
+	time.Sleep(500 * time.Millisecond) // the watches list what exists first
+	start := len(writes())
+	testenv.Eventually(g, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		c.Spec.DNSNames = []string{"sc2.example.com"}
+		return env.Client.Update(t.Context(), c)
+	}).Should(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		g.Expect(c.Status.Revision).To(HaveValue(BeEquivalentTo(2)))
+		g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(BeTrue())
+	}).Should(Succeed())
+	var seq []string
+	for _, w := range writes()[start:] {
+		if strings.HasPrefix(w.desc, "change Certificate sc ") {
+			seq = append(seq, w.desc)
+		}
+	}
+	g.Expect(seq).To(ContainElement(ContainSubstring("Ready=False/")), "no Ready=False between the spec change and the new certificate: %v", seq)
+	g.Expect(seq[len(seq)-1]).To(ContainSubstring("Ready=True/CertificateReady"))
+}
