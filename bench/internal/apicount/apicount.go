@@ -84,6 +84,25 @@ func (c Counts) Writes(resources ...string) Counts {
 	return out
 }
 
+// Reads keeps the GET and LIST requests on resources (by name,
+// subresources included): uncached reads spend a client's budget as writes
+// do.
+func (c Counts) Reads(resources ...string) Counts {
+	own := map[string]bool{}
+	for _, r := range resources {
+		own[r] = true
+	}
+	out := Counts{}
+	for k, v := range c {
+		verb, res, _ := strings.Cut(k, " ")
+		name, _, _ := strings.Cut(res, "/")
+		if (verb == "GET" || verb == "LIST") && own[name] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Total is the sum of the counts.
 func (c Counts) Total() float64 {
 	var t float64

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -76,6 +77,8 @@ type Reconciler struct {
 	MaxConcurrentReconciles int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	keys pendingKeys
 }
 
 // SetupWithManager registers the controller.
@@ -176,14 +179,21 @@ func (r *Reconciler) certificatesForIssuer(kind string) handler.MapFunc {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	var cert pkiv1alpha1.Certificate
 	if err := r.Get(ctx, req.NamespacedName, &cert); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.keys.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cert.DeletionTimestamp.IsZero() {
+		r.keys.forget(req.NamespacedName)
 		return ctrl.Result{}, nil // the requests and the key Secret are owned: garbage collection removes them
 	}
 	patcher := creconcile.NewStatusPatcher(r.Client, &cert)
 	s := &scope{cert: &cert, now: r.Now()}
 	defer func() {
+		if s.skipStatus && retErr == nil {
+			return
+		}
 		cert.Status.ObservedGeneration = cert.Generation
 		if err := patcher.Patch(ctx, &cert); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patching the status: %w", err))

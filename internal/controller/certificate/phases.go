@@ -35,7 +35,22 @@ type scope struct {
 	// issued (renewal, manual trigger), so Ready stays True.
 	secretValid bool
 	why         string
+	// signsAtOnce: the issuer is a built-in ca or selfSigned one, whose
+	// signer writes the request's status as soon as it sees it.
+	signsAtOnce bool
+	// hadReady: the Certificate had a Ready condition when read.
+	hadReady bool
+	// skipStatus: write no status in this reconcile (see awaitSigner).
+	skipStatus bool
+	// startChecked: this reconcile starts an issuance (no Issuing
+	// condition, no request of the next revision) and read the Secret from
+	// the API server to do so.
+	startChecked bool
 }
+
+// signerGrace is how long a request of an issuer that signs at once may
+// have no status before the Certificate reports that it waits for it.
+const signerGrace = 5 * time.Second
 
 // wait records what the issuance waits for: on Issuing, and on Ready when the
 // Secret is not usable.
@@ -65,9 +80,19 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.StalledCondition)
+	s.hadReady = meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition) != nil
 	reason, msg, obs := evaluate(c, s.secret, s.now)
 	issuing := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.IssuingCondition)
-	if reason != "" && reason != pkiv1alpha1.RenewingReason && (issuing == nil || issuing.Status != metav1.ConditionTrue) {
+	underway := issuing != nil && issuing.Status == metav1.ConditionTrue
+	if reason != "" && !underway {
+		// The request of this revision exists: an issuance under way, whose
+		// Issuing condition was not written (awaitSigner).
+		var err error
+		if underway, err = r.requestUnderway(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if reason != "" && reason != pkiv1alpha1.RenewingReason && !underway {
 		// Before starting an issuance, look past the cache: it may not
 		// have seen the Secret this controller just wrote.
 		var live corev1.Secret
@@ -83,6 +108,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			}
 		}
 		reason, msg, obs = evaluate(c, s.secret, s.now)
+		s.startChecked = true
 	}
 	s.obs = obs
 	if reason == "" || reason == pkiv1alpha1.RenewingReason {
@@ -99,7 +125,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	switch {
 	case issuing != nil && issuing.Status == metav1.ConditionTrue && reason == "":
 		reason = issuing.Reason // manually triggered, or an issuance under way
-	case issuing == nil || issuing.Status != metav1.ConditionTrue:
+	case !underway:
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, reason, "Issue", "Issuing certificate: %s", msg)
 	}
 	s.why = reason
@@ -173,6 +199,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		}
 	}
 	ref := c.Spec.IssuerRef
+	keyInMemory := false
 	if issuerref.IsBuiltIn(ref) {
 		iss, err := issuerref.Get(ctx, r.Client, c.Namespace, ref)
 		if apierrors.IsNotFound(err) {
@@ -185,10 +212,14 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 			s.wait(pkiv1alpha1.IssuerNotReadyReason, fmt.Sprintf("%s %q is not ready: %s", issuerref.Kind(ref), ref.Name, why))
 			return ctrl.Result{}, nil
 		}
+		// A ca issuer signs at once and never reads the key: it stays in
+		// memory (pendingKeys), not in a next-key Secret.
+		keyInMemory = iss.GetSpec().CA != nil
+		s.signsAtOnce = iss.GetSpec().CA != nil || iss.GetSpec().SelfSigned != nil
 	}
-	key, keySecret, err := r.nextKey(ctx, s)
+	key, keySecret, err := r.nextKey(ctx, s, keyInMemory)
 	if errors.Is(err, errStaleCache) {
-		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		return staleCache(s), nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -197,7 +228,14 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var cr pkiv1alpha1.CertificateRequest
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &cr); {
 	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, r.createRequest(ctx, s, name, rev, key, keySecret)
+		if err := r.createRequest(ctx, s, name, rev, key, keySecret); err != nil {
+			return ctrl.Result{}, err
+		}
+		if s.mayAwaitSigner() {
+			return awaitSigner(s, signerGrace), nil
+		}
+		s.wait(pkiv1alpha1.RequestPendingReason, "created CertificateRequest "+name)
+		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, err
 	}
@@ -205,7 +243,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		// A request for an older spec or key: replace it, judged on the
 		// latest Certificate only.
 		if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
-			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+			return staleCache(s), nil
 		} else if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -221,6 +259,9 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		return r.recordFailure(s, &cr, msg)
 	}
 	ready := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
+	if age := s.now.Sub(cr.CreationTimestamp.Time); ready == nil && s.mayAwaitSigner() && age < signerGrace {
+		return awaitSigner(s, signerGrace-age), nil
+	}
 	if ready == nil || ready.Status != metav1.ConditionTrue {
 		msg := "waiting for CertificateRequest " + name + " to be signed"
 		if ready != nil && ready.Message != "" {
@@ -235,7 +276,7 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 	// status patch could not remove it; the next reconcile would take the
 	// leftover Issuing=True for a new issuance and issue a second time.
 	if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
-		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		return staleCache(s), nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -321,9 +362,12 @@ func (r *Reconciler) createRequest(ctx context.Context, s *scope, name string, r
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name,
 			Labels: map[string]string{pkiv1alpha1.CertificateNameLabel: c.Name},
 			Annotations: map[string]string{pkiv1alpha1.CertificateNameAnnotation: c.Name, pkiv1alpha1.RevisionAnnotation: strconv.Itoa(int(rev)),
-				pkiv1alpha1.PrivateKeySecretAnnotation: keySecret, SpecHashAnnotation: pki.SpecHash(&c.Spec)}},
+				SpecHashAnnotation: pki.SpecHash(&c.Spec)}},
 		Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: c.Spec.IssuerRef, Duration: &metav1.Duration{Duration: pki.Duration(&c.Spec)},
 			Usages: c.Spec.Usages, IsCA: c.Spec.IsCA},
+	}
+	if keySecret != "" { // empty: the key is in memory (pendingKeys)
+		cr.Annotations[pkiv1alpha1.PrivateKeySecretAnnotation] = keySecret
 	}
 	// The request is a sharded kind: it goes to the Certificate's shard, or
 	// that shard's CertificateRequest controller would never see it.
@@ -336,6 +380,52 @@ func (r *Reconciler) createRequest(ctx context.Context, s *scope, name string, r
 	if err := r.Create(ctx, cr, client.FieldOwner(FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating CertificateRequest %s: %w", name, err)
 	}
-	s.wait(pkiv1alpha1.RequestPendingReason, "created CertificateRequest "+name)
 	return nil
+}
+
+// staleCache ends a reconcile that found its Certificate older than the
+// API server's: it writes nothing (a status computed from a stale object
+// would only conflict) and looks again shortly.
+func staleCache(s *scope) ctrl.Result {
+	s.skipStatus = true
+	return ctrl.Result{RequeueAfter: 200 * time.Millisecond}
+}
+
+// mayAwaitSigner says whether this reconcile may leave the status as it
+// is until the signer answers (awaitSigner): for an issuer that signs at
+// once, when the status says nothing wrong by staying (a new Certificate,
+// which has no Ready condition yet; a renewal, where Ready stays True).
+// Any other issuance (a spec change, a deleted or edited Secret, after a
+// failure) writes Ready=False with its reason at once.
+func (s *scope) mayAwaitSigner() bool {
+	return s.signsAtOnce && (!s.hadReady || s.secretValid)
+}
+
+// awaitSigner ends a reconcile that would only report "request pending"
+// for a request of an issuer that signs at once, before its signer wrote
+// the request's status: the Certificate's status is not written (one write
+// less per issuance; the next reconcile writes the outcome, Ready with the
+// Secret or the signer's reason). The signer's status write wakes the
+// Certificate (it owns the request); the requeue after wait reports
+// RequestPending should the signer not run.
+func awaitSigner(s *scope, wait time.Duration) ctrl.Result {
+	s.skipStatus = true
+	return ctrl.Result{RequeueAfter: wait}
+}
+
+// requestUnderway reports whether the request of the next revision exists
+// for the current spec and has not failed: an issuance under way, even
+// when no Issuing condition was written for it (awaitSigner). Read from
+// the cache.
+func (r *Reconciler) requestUnderway(ctx context.Context, c *pkiv1alpha1.Certificate) (bool, error) {
+	name := requestName(c.Name, ptr.Deref(c.Status.Revision, 0)+1, ptr.Deref(c.Status.FailedIssuanceAttempts, 0))
+	var cr pkiv1alpha1.CertificateRequest
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &cr); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading CertificateRequest %s: %w", name, err)
+	}
+	failed, _ := requestFailed(&cr)
+	return metav1.IsControlledBy(&cr, c) && cr.Annotations[SpecHashAnnotation] == pki.SpecHash(&c.Spec) && !failed, nil
 }

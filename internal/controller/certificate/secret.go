@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -36,10 +37,57 @@ func nextKeyName(c *pkiv1alpha1.Certificate) string {
 	return n + suffix
 }
 
+// pendingKeys holds the keys of issuances in progress whose issuer never
+// reads the key (a ca Issuer or ClusterIssuer): in memory, by Certificate,
+// instead of in a next-key Secret. This saves two writes per issuance (the
+// Secret's create and delete). A key lost with the process (a crash, a
+// leader change) costs one signature from the CA: the request made for it
+// is replaced by one for a new key, and the Secret is only ever written
+// with a certificate for the key it holds. Issuers where a lost key costs
+// more (ACME orders count against rate limits), that read the key
+// (selfSigned), or that are not built in keep the next-key Secret.
+type pendingKeys struct {
+	mu   sync.Mutex
+	keys map[types.NamespacedName]pendingKey
+}
+
+type pendingKey struct {
+	uid types.UID
+	key crypto.Signer
+}
+
+// get returns the key kept for c, if any.
+func (p *pendingKeys) get(c *pkiv1alpha1.Certificate) crypto.Signer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k, ok := p.keys[client.ObjectKeyFromObject(c)]
+	if !ok || k.uid != c.UID {
+		return nil
+	}
+	return k.key
+}
+
+func (p *pendingKeys) put(c *pkiv1alpha1.Certificate, key crypto.Signer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keys == nil {
+		p.keys = map[types.NamespacedName]pendingKey{}
+	}
+	p.keys[client.ObjectKeyFromObject(c)] = pendingKey{uid: c.UID, key: key}
+}
+
+// forget drops the key kept for the Certificate named key.
+func (p *pendingKeys) forget(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.keys, key)
+}
+
 // nextKey returns the key to request a certificate for and the Secret
 // holding it: the Secret's own key with rotationPolicy Never, else a new key
-// kept in the next-key Secret until the certificate is written.
-func (r *Reconciler) nextKey(ctx context.Context, s *scope) (crypto.Signer, string, error) {
+// kept until the certificate is written, in the next-key Secret, or in
+// memory when inMemory (see pendingKeys; the Secret name is then empty).
+func (r *Reconciler) nextKey(ctx context.Context, s *scope, inMemory bool) (crypto.Signer, string, error) {
 	c := s.cert
 	ks := pki.ResolveKey(c.Spec.PrivateKey)
 	if ks.RotationPolicy == pkiv1alpha1.RotationPolicyNever && s.obs != nil && s.obs.key != nil && pki.KeyMatches(s.obs.key, ks) {
@@ -66,17 +114,32 @@ func (r *Reconciler) nextKey(ctx context.Context, s *scope) (crypto.Signer, stri
 		}
 		return nil, "", fmt.Errorf("replacing next-key Secret %s made for an older key spec", name)
 	}
+	if inMemory {
+		if key := r.keys.get(c); key != nil && pki.KeyMatches(key, ks) {
+			return key, "", nil
+		}
+	}
 	// A new key starts an issuance over: only from the API server's latest
 	// Certificate, never from a cache that has not seen this controller's
-	// last status write (the next-key Secret is deleted once the Secret is
+	// last status write (the next key is dropped once the Secret is
 	// written, so a stale Issuing=True would otherwise mint a second key and
-	// throw away the request just used).
-	if err := r.ensureCurrent(ctx, c); err != nil {
-		return nil, "", err
+	// throw away the request just used). A reconcile that starts the
+	// issuance has no Issuing condition to trust and has just read the
+	// Secret from the API server; a Certificate older than the API
+	// server's then gives a request name already taken, which is replaced
+	// only after ensureCurrent (issue).
+	if !s.startChecked {
+		if err := r.ensureCurrent(ctx, c); err != nil {
+			return nil, "", err
+		}
 	}
 	key, err := pki.GenerateKey(ks)
 	if err != nil {
 		return nil, "", err
+	}
+	if inMemory {
+		r.keys.put(c, key)
+		return key, "", nil
 	}
 	pemKey, err := pki.EncodeKey(key, ks.Encoding)
 	if err != nil {
@@ -114,8 +177,10 @@ func (r *Reconciler) ensureCurrent(ctx context.Context, c *pkiv1alpha1.Certifica
 	return nil
 }
 
-// deleteNextKey removes the next-key Secret once the issuance is done.
+// deleteNextKey drops the next key, in memory or in the next-key Secret,
+// once the issuance is done.
 func (r *Reconciler) deleteNextKey(ctx context.Context, c *pkiv1alpha1.Certificate) error {
+	r.keys.forget(client.ObjectKeyFromObject(c))
 	if c.Status.NextPrivateKeySecretName == "" {
 		return nil
 	}
