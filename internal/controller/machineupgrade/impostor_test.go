@@ -2,6 +2,7 @@ package machineupgrade_test
 
 import (
 	"bytes"
+	"fmt"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -113,6 +114,9 @@ func TestImpostorBMCGetsNothing(t *testing.T) {
 	u.Spec.Strategy.MaxAttempts = 1
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
+		if requests, _ := imp.seen(); len(requests) > 0 {
+			StopTrying(fmt.Sprintf("the impostor received requests (credentials included): %q", requests)).Now()
+		}
 		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
 	})
 	stalled := conditionMessage(u, upgradev1alpha1.StalledCondition)
