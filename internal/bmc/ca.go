@@ -40,7 +40,7 @@ const (
 
 // DefaultCASecretName is the name of the Secret holding the BMC CA, in the
 // manager's namespace.
-const DefaultCASecretName = "converge-bmc-ca"
+const DefaultCASecretName = "converge-bmc-ca" //nolint:gosec // a Secret's name, not a credential
 
 // CA is the certificate authority of the Redfish serving certificates: one
 // for every BMC and every leader, kept in a Secret of the manager's
@@ -118,7 +118,8 @@ func LoadOrCreateCA(ctx context.Context, r client.Reader, w client.Writer, key t
 		if err != nil {
 			return nil, false, err
 		}
-		keyPEM, err := pki.EncodeKey(ca.Key, pkiv1alpha1.PKCS8)
+		var keyPEM []byte
+		keyPEM, err = pki.EncodeKey(ca.Key, pkiv1alpha1.PKCS8)
 		if err != nil {
 			return nil, false, err
 		}

@@ -72,7 +72,7 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 			Data: map[string][]byte{corev1.TLSCertKey: evil.PEM, corev1.TLSPrivateKeyKey: evilKey, bmc.CABundleKey: evil.PEM}}
 	}
 	real := &corev1.Secret{}
-	g.Eventually(func() error { return env.Client.Get(ctx, key, real) }).WithTimeout(30 * time.Second).Should(Succeed(), "the manager made its BMC CA")
+	g.Eventually(func() error { return env.Client.Get(ctx, key, real) }).WithTimeout(30*time.Second).Should(Succeed(), "the manager made its BMC CA")
 	g.Expect(apierrors.IsForbidden(tn.Client.Create(ctx, evilSecret(key.Namespace)))).To(BeTrue(), "a tenant created a Secret in the manager's namespace")
 	g.Expect(apierrors.IsForbidden(tn.Client.Delete(ctx, real.DeepCopy()))).To(BeTrue(), "a tenant deleted the BMC CA Secret")
 	patched := real.DeepCopy()

@@ -16,6 +16,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,7 +166,7 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
 	key := types.NamespacedName{Namespace: ns, Name: "race"}
-	const n = 6
+	const n = 8
 	var wg sync.WaitGroup
 	cas := make([]*bmc.CA, n)
 	created := make([]bool, n)
@@ -194,9 +195,16 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, key, sec)).To(Succeed())
 	g.Expect(sec.Data[corev1.TLSCertKey]).To(Equal(cas[0].PEM))
 
+	// A manager whose read came before another's create (so it creates
+	// too, and gets AlreadyExists) ends with the CA that was made.
+	again, made2, err := bmc.LoadOrCreateCA(ctx, &notFoundOnce{Reader: env.Client}, env.Client, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(made2).To(BeFalse())
+	g.Expect(again.PEM).To(Equal(cas[0].PEM), "the loser of the race kept a CA of its own")
+
 	bad := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"}, Data: map[string][]byte{corev1.TLSCertKey: []byte("not a certificate")}}
 	g.Expect(env.Client.Create(ctx, bad)).To(Succeed())
-	_, _, err := bmc.LoadOrCreateCA(ctx, env.Client, env.Client, client.ObjectKeyFromObject(bad))
+	_, _, err = bmc.LoadOrCreateCA(ctx, env.Client, env.Client, client.ObjectKeyFromObject(bad))
 	g.Expect(err).To(MatchError(ContainSubstring("holds no valid CA (delete it to have a new one made)")))
 	got := &corev1.Secret{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(bad), got)).To(Succeed())
@@ -212,4 +220,19 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	_, err = leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "10.96.0.13", Roots: cas[1].Pool()})
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(net.ParseIP("10.96.0.12").Equal(leaf.Leaf.IPAddresses[0])).To(BeTrue())
+}
+
+// notFoundOnce answers NotFound to its first Get, as a read that came just
+// before another manager's create.
+type notFoundOnce struct {
+	client.Reader
+	done bool
+}
+
+func (r *notFoundOnce) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if !r.done {
+		r.done = true
+		return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
