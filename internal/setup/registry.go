@@ -173,7 +173,7 @@ var controllers = []controller{
 		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase}).SetupWithManager(mgr)
 	}},
 	{name: cainjector.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&cainjector.Reconciler{Overlap: o.PKI.CAInjectionOverlap}).SetupWithManager(mgr)
+		return (&cainjector.Reconciler{Overlap: o.PKI.CAInjectionOverlap, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
 	}},
 }
 

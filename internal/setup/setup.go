@@ -226,8 +226,8 @@ type PKIOptions struct {
 	// most 32h); 1h when zero.
 	BackoffBase time.Duration
 	// CAInjectionOverlap is how long the cainjector keeps the previous CA
-	// in an injected bundle after a rotation; 1h when zero, none when
-	// negative.
+	// in an injected bundle after a rotation (and after the last
+	// certificate it signed is reissued); 1h when zero, none when negative.
 	CAInjectionOverlap time.Duration
 	// Solver holds the HTTP-01 answers; made by New when nil.
 	Solver *acme.Solver

@@ -32,6 +32,12 @@ const (
 	// WaitingForMachineReason: a power-cycled Machine has not come back
 	// with the new image yet.
 	WaitingForMachineReason = "WaitingForMachine"
+	// WaitingForUpgradeReason: another unfinished MachineUpgrade of the
+	// namespace shares Machines with this one and goes first (admission
+	// refuses such a pair; this covers two admitted at the same moment, or
+	// one stored without the webhook); the message names it. Nothing of
+	// this upgrade has touched a Machine; it starts when the other is done.
+	WaitingForUpgradeReason = "WaitingForUpgrade"
 	// RunningPostChecksReason: the cluster post-checks are being evaluated.
 	RunningPostChecksReason = "RunningPostChecks"
 	// PausedReason: spec.paused is set; no new step starts.

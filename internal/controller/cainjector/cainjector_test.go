@@ -2,10 +2,15 @@ package cainjector_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +26,8 @@ import (
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/cainjector"
+	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -196,11 +203,35 @@ func hasEvent(t *testing.T, g Gomega, name, reason, part string) bool {
 	return false
 }
 
+// foreignLeaf signs a certificate with the CA in Secret ns/ca and stores it
+// in namespace other, labelled as an issued Secret whose data is cached: a
+// tenant's copy of a certificate from that CA.
+func foreignLeaf(t *testing.T, g Gomega, ns, ca, other string) {
+	t.Helper()
+	s := &corev1.Secret{}
+	g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: ca}, s)).To(Succeed())
+	caCert, err := pki.ParseCerts(s.Data[corev1.TLSCertKey])
+	g.Expect(err).NotTo(HaveOccurred())
+	caKey, err := pki.ParseKey(s.Data[corev1.TLSPrivateKeyKey])
+	g.Expect(err).NotTo(HaveOccurred())
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tenant"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: caCert[0].NotAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, caCert[0], &key.PublicKey, caKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "copy",
+		Labels: map[string]string{pkiv1alpha1.CertificateNameLabel: "copy", secretcache.Label: "true"}},
+		Data: map[string][]byte{corev1.TLSCertKey: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}})).To(Succeed())
+}
+
 // TestInjectsIntoEveryKindAndFollowsRotation: a CA Certificate's bundle is
 // written into both webhooks of a validating and a mutating configuration,
 // a CRD's conversion webhook and an APIService. When the CA rotates (its
 // Secret is deleted and reissued with a new key), each trusts the new and
-// the old CA for the overlap, then only the new one.
+// the old CA for the overlap, then only the new one. A certificate from the
+// old CA in an issued Secret of another namespace (a tenant's) does not
+// hold the overlap.
 func TestInjectsIntoEveryKindAndFollowsRotation(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -229,6 +260,8 @@ func TestInjectsIntoEveryKindAndFollowsRotation(t *testing.T) {
 	}
 	want(ca1)
 	g.Expect(hasEvent(t, g, objs[0].GetName(), cainjector.InjectedReason, "CA bundle of Certificate "+ref)).To(BeTrue())
+
+	foreignLeaf(t, g, ns, "ca", env.NewNamespace(t))
 
 	// Rotate: a new key, so a new CA certificate.
 	g.Expect(env.Client.Delete(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca"}})).To(Succeed())

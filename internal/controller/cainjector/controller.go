@@ -6,11 +6,18 @@
 // (spec.caBundle). It is cert-manager's cainjector for Converge's
 // Certificates.
 //
-// The bundle is the ca.crt of the Certificate's Secret. It follows renewals
+// The bundle is the ca.crt of the Certificate's Secret, plus, for a
+// Certificate of a built-in CA issuer, the CA that issuer signs with now
+// (so a rotated CA is trusted before the Certificate is reissued from it).
+// It follows renewals
 // and CA rotation: when the CA changes, the CAs the object trusted before are
 // kept beside the new one for an overlap (Reconciler.Overlap), so that a
 // server still presenting a certificate from the old CA while it reloads is
-// trusted, and dropped after it.
+// trusted, and dropped after it. The overlap does not end while a Secret
+// issued by a Certificate in the CA Certificate's namespace still holds a
+// certificate signed by an old CA (it is renewed at its own renewal time, not
+// when its CA rotates), and runs again whenever such a certificate is
+// reissued.
 //
 // Targets are watched as metadata only (CRDs are large) and read uncached
 // when one must be patched; every patch carries the resourceVersion it read.
@@ -18,7 +25,9 @@ package cainjector
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -38,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/issuerref"
 )
 
 // ControllerName is the name used with --controllers.
@@ -52,6 +62,11 @@ const (
 	OverlapUntilAnnotation = "pki.converge.dev/ca-overlap-until"
 	// OverlapRotationAnnotation identifies the CA set that overlap is for.
 	OverlapRotationAnnotation = "pki.converge.dev/ca-overlap-rotation"
+	// OverlapLeavesAnnotation identifies the certificates signed by the
+	// kept CAs that issued Secrets still held at the last reconcile; while
+	// there are any the overlap does not end, and when they change it runs
+	// again.
+	OverlapLeavesAnnotation = "pki.converge.dev/ca-overlap-leaves"
 )
 
 // Event reasons.
@@ -68,7 +83,7 @@ const (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=pki.converge.dev,resources=certificates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=pki.converge.dev,resources=certificates;issuers;clusterissuers,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -79,10 +94,13 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Overlap is how long the previous CAs stay trusted after a rotation
+	// and after the last certificate they signed is reissued
 	// (DefaultOverlap when zero; negative: not at all).
 	Overlap time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ClusterResourceNamespace holds the CA Secrets of ClusterIssuers.
+	ClusterResourceNamespace string
 }
 
 // kind is one kind of target and where its bundles are.
@@ -210,10 +228,12 @@ func (r *kindReconciler) forCertificate(ctx context.Context, o client.Object) []
 }
 
 // forSecret wakes every target naming a Certificate in the Secret's
-// namespace (there are few targets; reading each Certificate is the
-// reconcile's job).
+// namespace, or every target for a Secret of the cluster resource namespace
+// (a ClusterIssuer's CA). There are few targets; reading each Certificate is
+// the reconcile's job.
 func (r *kindReconciler) forSecret(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.targets(ctx, func(ns, _ string) bool { return ns == o.GetNamespace() })
+	clusterCA := r.ClusterResourceNamespace != "" && o.GetNamespace() == r.ClusterResourceNamespace
+	return r.targets(ctx, func(ns, _ string) bool { return clusterCA || ns == o.GetNamespace() })
 }
 
 func parseRef(v string) (string, string, error) {
@@ -253,7 +273,11 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	anns := u.GetAnnotations()
 	until, _ := time.Parse(time.RFC3339, anns[OverlapUntilAnnotation])
 	now := r.Now()
-	p, err := desired(caPEM, current, until, anns[OverlapRotationAnnotation], now, r.Overlap)
+	st := overlapState{until: until, rotation: anns[OverlapRotationAnnotation], leaves: anns[OverlapLeavesAnnotation]}
+	p, err := desired(caPEM, current, st, func() ([]*x509.Certificate, error) { return r.issuedLeaves(ctx, ns) }, now, r.Overlap)
+	if errors.Is(err, errListingLeaves) {
+		return reconcile.Result{}, fmt.Errorf("injecting the CA of Certificate %s/%s into %s %s: %w", ns, name, r.kind.gvk.Kind, u.GetName(), err)
+	}
 	if err != nil {
 		r.Recorder.Eventf(u, nil, corev1.EventTypeWarning, CANotAvailableReason, "Inject", "ca.crt of Certificate %s/%s: %v; the CA bundle is left as it is", ns, name, err)
 		return reconcile.Result{}, nil
@@ -263,12 +287,15 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	for _, pt := range points {
 		pt["caBundle"] = enc
 	}
-	if p.until.IsZero() {
-		delete(anns, OverlapUntilAnnotation)
-		delete(anns, OverlapRotationAnnotation)
-	} else {
+	delete(anns, OverlapUntilAnnotation)
+	delete(anns, OverlapRotationAnnotation)
+	delete(anns, OverlapLeavesAnnotation)
+	if !p.until.IsZero() {
 		anns[OverlapUntilAnnotation] = p.until.UTC().Format(time.RFC3339)
 		anns[OverlapRotationAnnotation] = p.rotation
+		if p.leaves != "" {
+			anns[OverlapLeavesAnnotation] = p.leaves
+		}
 	}
 	u.SetAnnotations(anns)
 	var res reconcile.Result
@@ -284,9 +311,36 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	msg := fmt.Sprintf("CA bundle of Certificate %s/%s injected into %d place(s)", ns, name, len(points))
 	if !p.until.IsZero() {
 		msg += fmt.Sprintf("; the previous CA stays trusted until %s", p.until.UTC().Format(time.RFC3339))
+		if p.leaves != "" {
+			msg += " (and while issued Secrets hold certificates it signed)"
+		}
 	}
 	r.Recorder.Eventf(u, nil, corev1.EventTypeNormal, InjectedReason, "Inject", "%s", msg)
 	return res, nil
+}
+
+// errListingLeaves wraps a failure to read the issued Secrets.
+var errListingLeaves = errors.New("listing issued certificates")
+
+// issuedLeaves returns the first certificate of every Secret a Certificate
+// issued (labelled with pkiv1alpha1.CertificateNameLabel; their data is in
+// the cache) in namespace ns, the namespace of the CA's Certificate. Only
+// there: whoever can write Secrets there can already replace the CA, while
+// a tenant elsewhere holding a certificate from the old CA must not keep it
+// trusted in cluster-wide objects. A Secret change there also wakes the
+// targets (forSecret), so a reissue is seen at once.
+func (r *kindReconciler) issuedLeaves(ctx context.Context, ns string) ([]*x509.Certificate, error) {
+	list := &corev1.SecretList{}
+	if err := r.List(ctx, list, client.InNamespace(ns), client.HasLabels{pkiv1alpha1.CertificateNameLabel}); err != nil {
+		return nil, fmt.Errorf("%w: %w", errListingLeaves, err)
+	}
+	var out []*x509.Certificate
+	for i := range list.Items {
+		if chain := parseBundle(list.Items[i].Data[corev1.TLSCertKey]); len(chain) > 0 {
+			out = append(out, chain[0])
+		}
+	}
+	return out, nil
 }
 
 // caOf returns the ca.crt of the Certificate's Secret, or why there is none.
@@ -309,7 +363,55 @@ func (r *kindReconciler) caOf(ctx context.Context, ns, name string) ([]byte, str
 	if len(ca) == 0 {
 		return nil, fmt.Sprintf("Secret %s/%s of Certificate %s has no ca.crt", ns, cert.Spec.SecretName, name)
 	}
+	if issuerCA := r.issuerCA(ctx, cert); len(issuerCA) > 0 {
+		// The CA the next certificate will chain to, first: it is trusted
+		// before the certificate is reissued from it.
+		ca = encodeBundle(union(parseBundle(issuerCA), parseBundle(ca)))
+	}
 	return ca, ""
+}
+
+// issuerCA returns the CA a built-in CA issuer of the Certificate signs
+// with now (the ca.crt of its CA Secret, else the last certificate of its
+// tls.crt, as the issuer does), or nil for any other issuer or when it
+// cannot be read (the Secret's ca.crt is then the bundle). Without it, a
+// Certificate named in the annotation whose CA rotated changes its ca.crt
+// and its certificate in one write, and its server can present the new
+// certificate before the API server trusts the new CA.
+func (r *kindReconciler) issuerCA(ctx context.Context, cert *pkiv1alpha1.Certificate) []byte {
+	if !issuerref.IsBuiltIn(cert.Spec.IssuerRef) {
+		return nil
+	}
+	iss, err := issuerref.Get(ctx, r.Client, cert.Namespace, cert.Spec.IssuerRef)
+	if err != nil || iss.GetSpec().CA == nil {
+		return nil
+	}
+	ns := issuerref.SecretNamespace(iss, r.ClusterResourceNamespace)
+	if ns == "" {
+		return nil
+	}
+	sec := &corev1.Secret{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: iss.GetSpec().CA.SecretName}, sec); err != nil {
+		return nil
+	}
+	if ca := sec.Data["ca.crt"]; len(ca) > 0 {
+		return ca
+	}
+	if chain := parseBundle(sec.Data[corev1.TLSCertKey]); len(chain) > 0 {
+		return encodeBundle(chain[len(chain)-1:])
+	}
+	return nil
+}
+
+// union returns a, then the certificates of b not in a.
+func union(a, b []*x509.Certificate) []*x509.Certificate {
+	out := append([]*x509.Certificate(nil), a...)
+	for _, c := range b {
+		if !contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func stringField(m map[string]any, k string) string {

@@ -15,13 +15,17 @@ var env *testenv.Environment
 // enough to see the old one go.
 const overlap = 6 * time.Second
 
+// clusterResourceNamespace holds ClusterIssuers' CA Secrets.
+const clusterResourceNamespace = "default"
+
 // The suite runs the pki controllers that issue a CA Certificate and the
 // injector, which writes its bundle into real webhook configurations, a CRD
 // and an APIService.
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
-		o.Controllers = []string{"issuer", "certificaterequest", "certificate", "cainjector"}
+		o.Controllers = []string{"issuer", "clusterissuer", "certificaterequest", "certificate", "cainjector"}
 		o.PKI.MinimumCertificateDuration = 2 * time.Second
 		o.PKI.CAInjectionOverlap = overlap
+		o.PKI.ClusterResourceNamespace = clusterResourceNamespace
 	}}, &env))
 }

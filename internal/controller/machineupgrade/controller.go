@@ -23,6 +23,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -127,6 +128,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		For(&upgradev1alpha1.MachineUpgrade{}).
 		Watches(&machinev1alpha1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.upgradesForMachine)).
+		Watches(&upgradev1alpha1.MachineUpgrade{}, handler.EnqueueRequestsFromMapFunc(r.upgradesWaitingFor)).
 		Complete(r)
 }
 
@@ -154,6 +156,28 @@ func (r *Reconciler) upgradesForMachine(ctx context.Context, o client.Object) []
 	return out
 }
 
+// upgradesWaitingFor maps a MachineUpgrade to the others of its namespace
+// that wait for an overlapping one (WaitingForUpgrade): any change to it
+// (it finished, gave its claim back, or is gone) may let them start.
+func (r *Reconciler) upgradesWaitingFor(ctx context.Context, o client.Object) []reconcile.Request {
+	l := &upgradev1alpha1.MachineUpgradeList{}
+	if err := r.List(ctx, l, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing MachineUpgrades to wake those waiting for an overlapping one")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range l.Items {
+		u := &l.Items[i]
+		if u.Name == o.GetName() || u.Finished() {
+			continue
+		}
+		if c := meta.FindStatusCondition(u.Status.Conditions, upgradev1alpha1.ReadyCondition); c != nil && c.Reason == upgradev1alpha1.WaitingForUpgradeReason {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(u)})
+		}
+	}
+	return out
+}
+
 // scope is what one reconcile read and observed.
 type scope struct {
 	u    *upgradev1alpha1.MachineUpgrade
@@ -166,6 +190,7 @@ type scope struct {
 	drainBlocked []string // messages of drains a PodDisruptionBudget holds
 	waiting      []string // messages of Machines not back yet
 	invalid      string   // why the spec cannot be acted on
+	overlap      string   // the MachineUpgrade this one waits for
 	requeue      time.Duration
 }
 

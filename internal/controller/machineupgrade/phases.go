@@ -19,6 +19,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/upgradecheck"
+	"github.com/converge-dev/converge/internal/upgradeoverlap"
 )
 
 func metav1LabelSelectorAsSelector(u *upgradev1alpha1.MachineUpgrade) (labels.Selector, error) {
@@ -90,6 +91,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		s.invalid = err.Error()
 		return reconcile.TerminalError(err)
 	}
+	if wait, err := r.waitForOverlap(ctx, s); err != nil || wait {
+		return err
+	}
 	if err := r.handleRetry(ctx, s); err != nil {
 		return err
 	}
@@ -130,6 +134,39 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		}
 	}
 	return nil
+}
+
+// waitForOverlap applies the admission rule again, for what admission
+// cannot see (two MachineUpgrades admitted at the same moment, one stored
+// without the webhook): while u has touched no Machine, it reads the
+// MachineUpgrades of its namespace from the API server and, when another
+// unfinished one shares a Machine and goes first (upgradeoverlap.GoesFirst),
+// u waits (WaitingForUpgrade, naming it) and gives back what it holds: its
+// claim on the Machines and its pre-checks, which are evaluated again when
+// the way is free. Once u has started a Machine it never waits for another.
+func (r *Reconciler) waitForOverlap(ctx context.Context, s *scope) (bool, error) {
+	u := s.u
+	if u.Spec.Abort || upgradeoverlap.Started(u) {
+		return false, nil
+	}
+	others := &upgradev1alpha1.MachineUpgradeList{}
+	if err := r.APIReader.List(ctx, others, client.InNamespace(u.Namespace)); err != nil {
+		return false, fmt.Errorf("listing MachineUpgrades for overlaps: %w", err)
+	}
+	if len(others.Items) < 2 {
+		return false, nil
+	}
+	ms, err := r.selected(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	c := upgradeoverlap.Blocking(u, others.Items, ms)
+	if c == nil {
+		return false, nil
+	}
+	s.overlap = "waiting: " + c.Message()
+	u.Status.Machines, u.Status.Steps = nil, nil
+	return true, nil
 }
 
 type compiled struct {
@@ -328,6 +365,12 @@ func (r *Reconciler) rollMachines(ctx context.Context, s *scope, post []compiled
 		if err := r.checkpoint(ctx, s); err != nil {
 			return false, err
 		}
+		// The next reconcile reads the others again (waitForOverlap) after
+		// this claim and before any Machine is touched: of two upgrades
+		// that claimed the same Machines at the same moment, the one that
+		// goes second gives its claim back there.
+		s.requeueAfter(0)
+		return false, nil
 	}
 	for i := range u.Status.Machines {
 		mp := &u.Status.Machines[i]

@@ -64,6 +64,8 @@ func computeStatus(s *scope) {
 	switch {
 	case s.invalid != "":
 		phase, reason, msg = upgradev1alpha1.PhaseFailed, upgradev1alpha1.InvalidSpecReason, s.invalid
+	case s.overlap != "":
+		phase, reason, msg = upgradev1alpha1.PhasePending, upgradev1alpha1.WaitingForUpgradeReason, s.overlap
 	case post == upgradev1alpha1.StepStateSucceeded:
 		phase, reason, msg = upgradev1alpha1.PhaseSucceeded, upgradev1alpha1.SucceededReason,
 			fmt.Sprintf("%s Machine(s) upgraded or skipped to %s %s", st.Done, u.Spec.Image, u.Spec.Version)

@@ -10,23 +10,19 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sort"
-	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/upgradecheck"
+	"github.com/converge-dev/converge/internal/upgradeoverlap"
 )
 
 // +kubebuilder:webhook:path=/validate-upgrade-converge-dev-v1alpha1-machineupgrade,mutating=false,failurePolicy=fail,sideEffects=None,groups=upgrade.converge.dev,resources=machineupgrades,verbs=create;update,versions=v1alpha1,name=vmachineupgrade.upgrade.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -144,54 +140,12 @@ func Overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.Machine
 
 // overlap names the first unfinished MachineUpgrade of others (oldest
 // first, then by name; u itself is skipped) that selects one of ms, or
-// lists it in its status, or returns "". One being deleted counts while it
-// holds the upgrade's finalizer: its controller may still take back its
-// cordons. It sorts a copy of others.
+// lists it in its status, or returns "" (upgradeoverlap.First).
 func overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.MachineUpgrade, ms []machinev1alpha1.Machine) string {
-	others = slices.Clone(others)
-	sort.Slice(others, func(i, j int) bool {
-		a, b := others[i], others[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Name < b.Name
-	})
-	for i := range others {
-		o := &others[i]
-		deleting := !o.DeletionTimestamp.IsZero()
-		if o.Name == u.Name || o.Finished() || (deleting && !controllerutil.ContainsFinalizer(o, upgradev1alpha1.MachineUpgradeFinalizer)) {
-			continue
-		}
-		osel, err := metav1.LabelSelectorAsSelector(&o.Spec.Selector)
-		if err != nil {
-			continue
-		}
-		var shared []string
-		for _, m := range ms {
-			if o.Status.Machine(m.Name) != nil || (len(o.Status.Machines) == 0 && osel.Matches(labels.Set(m.Labels))) {
-				shared = append(shared, m.Name)
-			}
-		}
-		if len(shared) > 0 {
-			if len(shared) > 5 {
-				shared = append(shared[:5], fmt.Sprintf("and %d more", len(shared)-5))
-			}
-			if deleting {
-				return fmt.Sprintf("MachineUpgrade %s (phase %s, being deleted) still upgrades Machine(s) %s; wait until it is gone",
-					o.Name, orPending(o.Status.Phase), strings.Join(shared, ", "))
-			}
-			return fmt.Sprintf("MachineUpgrade %s (phase %s) already upgrades Machine(s) %s; wait for it to finish, or abort it",
-				o.Name, orPending(o.Status.Phase), strings.Join(shared, ", "))
-		}
+	if c := upgradeoverlap.First(u, others, ms, upgradeoverlap.Any); c != nil {
+		return c.Message()
 	}
 	return ""
-}
-
-func orPending(p upgradev1alpha1.UpgradePhase) string {
-	if p == "" {
-		return string(upgradev1alpha1.PhasePending)
-	}
-	return string(p)
 }
 
 func toStatus(name string, errs field.ErrorList) error {
