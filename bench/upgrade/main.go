@@ -49,6 +49,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/drain"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -189,8 +190,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // floorLoop upgrades every Machine by hand, mu at a time.
 func floorLoop(ctx context.Context, c client.Client, n, mu int, image, version string) (time.Duration, error) {
+	// Verified as the controller verifies them: against the BMC CA.
+	pool, perr := bmc.ReadCAPool(ctx, c, setup.BMCOptions{}.CASecretKey())
+	if perr != nil {
+		return 0, perr
+	}
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // the BMCs' certificates are self-signed
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	start := time.Now()
 	work := make(chan int)
 	errs := make(chan error, mu)

@@ -30,6 +30,7 @@ func addBMCFlags(f *pflag.FlagSet, o *setup.BMCOptions) {
 	f.StringVar(&o.BindAddress, "bmc-bind-address", o.BindAddress, "address the virtual BMCs listen on (IPMI UDP and Redfish HTTPS, a port pair per BMC); in a cluster 0.0.0.0 (default 127.0.0.1)")
 	f.StringVar(&o.AdvertiseAddress, "bmc-advertise-address", o.AdvertiseAddress, "address the BMC endpoints name (with --bmc-expose=Service: the EndpointSlices; in a cluster the Pod IP) and the Redfish certificate carries (default: --bmc-bind-address)")
 	f.StringVar(&o.Netns, "bmc-netns", o.Netns, "network namespace the virtual BMCs listen in (needs root); empty: the manager's own")
+	f.StringVar(&o.CASecret, "bmc-ca-secret", o.CASecret, "[namespace/]name of the Secret keeping the CA of the BMCs' Redfish certificates (created once; in the manager's namespace, which tenants cannot write); default converge-bmc-ca in the manager's namespace (`converge up`: converge-system)")
 	f.StringVar(&o.Expose, "bmc-expose", o.Expose, "how BMC endpoints are published: Local (the listeners' own addresses) or Service (a Service of the MachineBMC's spec.service.type, in its namespace, pointing at --bmc-advertise-address)")
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/controller/cainjector"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/git"
@@ -45,6 +46,13 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 			}
 			if o.DHCPAgent.Image != "" && o.DHCPAgent.Namespace == "" {
 				o.DHCPAgent.Namespace = podNamespace()
+			}
+			if !strings.Contains(o.BMC.CASecret, "/") {
+				name := o.BMC.CASecret
+				if name == "" {
+					name = bmc.DefaultCASecretName
+				}
+				o.BMC.CASecret = podNamespace() + "/" + name
 			}
 			if o.Webhook.CertSecret != "" && !strings.Contains(o.Webhook.CertSecret, "/") {
 				o.Webhook.CertSecret = podNamespace() + "/" + o.Webhook.CertSecret

@@ -18,19 +18,15 @@ package bmc
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,12 +87,20 @@ type Server struct {
 	// live on that network, not the manager's (`converge up
 	// --machine-netns`, tests).
 	NetNS string
-	Log   logr.Logger
+	// CASecret is the Secret (in the manager's namespace) keeping the CA
+	// that issues the Redfish serving certificates, created at the first
+	// start (LoadOrCreateCA): every leader issues from the same CA, so the
+	// bundle clients trust survives restarts and failovers. Empty Name: a
+	// CA made in memory at each start (tests of this package only).
+	CASecret types.NamespacedName
+	// APIReader reads the CA Secret uncached (the cache may not watch the
+	// manager's namespace); Client when nil.
+	APIReader client.Reader
+	Log       logr.Logger
 
 	mu      sync.Mutex
 	ctx     context.Context
-	cert    *tls.Certificate
-	pool    *x509.CertPool
+	ca      *CA
 	bmcs    map[types.NamespacedName]*instance
 	running bool
 	wg      sync.WaitGroup
@@ -112,22 +116,30 @@ type instance struct {
 	ipmi    *ipmi.Server
 	https   *http.Server
 	ln      net.Listener
-	cancel  context.CancelFunc
-	ep      Endpoints
+	// cert is the BMC's Redfish serving certificate: issued from the CA
+	// for the server's own names, and again when the controller publishes
+	// a host it does not name (a Service's address; CoverNames).
+	cert   atomic.Pointer[tls.Certificate]
+	cancel context.CancelFunc
+	ep     Endpoints
 }
 
 // NeedLeaderElection makes the server run on the leader only: a standby
 // replica does not answer for BMCs it does not own.
 func (s *Server) NeedLeaderElection() bool { return true }
 
-// Start runs until ctx ends, then closes every BMC.
+// Start loads the CA (retrying until it can: the API server may be
+// unreachable for a while), then runs until ctx ends and closes every BMC.
 func (s *Server) Start(ctx context.Context) error {
-	cert, pool, err := selfSigned(s.advertise())
+	ca, err := s.loadCA(ctx)
 	if err != nil {
 		return err
 	}
+	if ca == nil {
+		return nil // stopped before the CA could be read
+	}
 	s.mu.Lock()
-	s.ctx, s.cert, s.pool, s.running = ctx, cert, pool, true
+	s.ctx, s.ca, s.running = ctx, ca, true
 	if s.bmcs == nil {
 		s.bmcs = map[types.NamespacedName]*instance{}
 	}
@@ -142,6 +154,31 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
+}
+
+// loadCA reads or creates the CA Secret, retrying every 2 s while that
+// fails; nil, nil when ctx ends first.
+func (s *Server) loadCA(ctx context.Context) (*CA, error) {
+	if s.CASecret.Name == "" {
+		return NewCA()
+	}
+	r := s.APIReader
+	if r == nil {
+		r = s.Client
+	}
+	for {
+		ca, created, err := LoadOrCreateCA(ctx, r, s.Client, s.CASecret)
+		if err == nil {
+			s.Log.Info("Using the BMC CA", "Secret", s.CASecret.String(), "created", created, "notAfter", ca.Cert.NotAfter)
+			return ca, nil
+		}
+		s.Log.Error(err, "Loading the BMC CA; retrying")
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 func (s *Server) host() string {
@@ -174,12 +211,64 @@ func (s *Server) Dial(ctx context.Context, network, addr string) (net.Conn, erro
 	return c, err
 }
 
-// RootCAs trusts the Redfish certificate (the controller's probe uses
-// it); nil before Start.
+// RootCAs is a pool holding the CA that issued the Redfish certificates
+// (the controller's probe verifies with it); nil before Start.
 func (s *Server) RootCAs() *x509.CertPool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pool
+	if s.ca == nil {
+		return nil
+	}
+	return s.ca.Pool()
+}
+
+// CABundle is the CA certificate (PEM) clients of the Redfish endpoints
+// trust; nil before Start.
+func (s *Server) CABundle() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ca == nil {
+		return nil
+	}
+	return s.ca.PEM
+}
+
+// CoverNames makes the Redfish certificate of the BMC key name hosts too
+// (the address its endpoint is published at), issuing it again from the CA
+// when it does not, or when it is due for renewal. The next TLS handshake
+// gets the new certificate; open connections keep theirs.
+func (s *Server) CoverNames(key types.NamespacedName, hosts ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.bmcs[key]
+	if in == nil || in.https == nil {
+		return nil
+	}
+	if covers(in.cert.Load(), hosts, time.Now()) {
+		return nil
+	}
+	names := s.ownNames()
+	for _, h := range hosts {
+		if h != "" && !slices.Contains(names, h) {
+			names = append(names, h)
+		}
+	}
+	cert, err := s.ca.Issue(names)
+	if err != nil {
+		return fmt.Errorf("issuing the Redfish certificate of MachineBMC %s: %w", key, err)
+	}
+	in.cert.Store(cert)
+	return nil
+}
+
+// ownNames are the names every Redfish certificate carries: 127.0.0.1,
+// ::1, localhost and the advertised address.
+func (s *Server) ownNames() []string {
+	names := []string{"127.0.0.1", "::1", "localhost"}
+	if ip := net.ParseIP(s.advertise()); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+		names = append(names, ip.String())
+	}
+	return names
 }
 
 // Len is the number of BMCs served.
@@ -258,13 +347,20 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 			return nil, fmt.Errorf("listening for Redfish: %w", err)
 		}
 		in.ln = ln
+		cert, err := s.ca.Issue(s.ownNames())
+		if err != nil {
+			in.stop()
+			return nil, fmt.Errorf("issuing the Redfish certificate: %w", err)
+		}
+		in.cert.Store(cert)
 		in.https = &http.Server{
 			Handler:           &redfish.Service{Backend: redfishBackend{in.backend}},
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    64 << 10,
-			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{*s.cert}, MinVersion: tls.VersionTLS12},
+			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12,
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return in.cert.Load(), nil }},
 			// Handshakes a load balancer's TCP health check cuts short
 			// are not errors worth a line each.
 			ErrorLog: log.New(logWriter{s.Log.V(1).WithValues("MachineBMC", key.String())}, "", 0),
@@ -318,44 +414,4 @@ func listenTCP(host string, port int) (net.Listener, error) {
 		}
 	}
 	return net.Listen("tcp", net.JoinHostPort(host, "0"))
-}
-
-// selfSigned makes the Redfish certificate: ECDSA P-256, for 127.0.0.1,
-// ::1, localhost and the advertised address, a year long, made afresh at
-// every start.
-func selfSigned(advertise string) (*tls.Certificate, *x509.CertPool, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "converge-bmc"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	if ip := net.ParseIP(advertise); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, err
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
 }

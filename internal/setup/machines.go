@@ -2,7 +2,12 @@ package setup
 
 import (
 	"path/filepath"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/converge-dev/converge/internal/bmc"
 )
 
 // MachineOptions configure the Machine controller and the machine
@@ -69,6 +74,34 @@ type BMCOptions struct {
 	// EndpointSlice names AdvertiseAddress: the mode of a manager in a
 	// cluster).
 	Expose string
+	// CASecret is "[namespace/]name" of the Secret keeping the CA of the
+	// Redfish certificates, in the manager's namespace (tenants must not
+	// be able to write it): the BMC server creates it once and issues from
+	// it, the MachineUpgrade controller verifies the BMCs with it. Empty:
+	// DefaultBMCCASecretNamespace/converge-bmc-ca; a bare name is in
+	// DefaultBMCCASecretNamespace (`converge run` puts it in the Pod's
+	// namespace).
+	CASecret string
+}
+
+// DefaultBMCCASecretNamespace is the namespace of the BMC CA Secret when
+// BMCOptions.CASecret names none: `converge up` and the tests (which
+// create it).
+const DefaultBMCCASecretNamespace = "converge-system"
+
+// CASecretKey is where the BMC CA Secret is.
+func (o BMCOptions) CASecretKey() types.NamespacedName {
+	ns, name, ok := strings.Cut(o.CASecret, "/")
+	if !ok {
+		ns, name = DefaultBMCCASecretNamespace, o.CASecret
+	}
+	if name == "" {
+		name = bmc.DefaultCASecretName
+	}
+	if ns == "" {
+		ns = DefaultBMCCASecretNamespace
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}
 }
 
 // Values of MachineOptions.QemuMachines.

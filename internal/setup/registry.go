@@ -107,12 +107,12 @@ var controllers = []controller{
 			return fmt.Errorf("--bmc-expose %q: want Local or Service", b.Expose)
 		}
 		return (&machinebmc.Reconciler{
-			Server: &bmc.Server{Host: b.BindAddress, Advertise: b.AdvertiseAddress, NetNS: b.Netns},
+			Server: &bmc.Server{Host: b.BindAddress, Advertise: b.AdvertiseAddress, NetNS: b.Netns, CASecret: b.CASecretKey()},
 			Expose: machinebmc.Expose(b.Expose),
 		}).SetupWithManager(mgr)
 	}},
-	{name: machineupgrade.ControllerName, setup: func(mgr ctrl.Manager, _ Options) error {
-		return (&machineupgrade.Reconciler{}).SetupWithManager(mgr)
+	{name: machineupgrade.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
+		return (&machineupgrade.Reconciler{BMCCASecret: o.BMC.CASecretKey()}).SetupWithManager(mgr)
 	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -119,6 +122,11 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
 	if err != nil {
 		return nil, err
+	}
+	// The manager's namespace of local mode: the BMC CA Secret lives there.
+	caNS := o.Manager.BMC.CASecretKey().Namespace
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: caNS}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating namespace %s: %w", caNS, err)
 	}
 	o.Manager.Webhook = setup.LocalWebhookOptions(filepath.Join(cp.DataDir(), "webhook"), o.WebhookPort)
 	if o.Manager.GitOps.CacheDir == "" {

@@ -86,6 +86,15 @@ type MachineBMCStatus struct {
 	// +kubebuilder:validation:MaxLength=512
 	RedfishEndpoint string `json:"redfishEndpoint,omitempty"`
 
+	// redfishCABundle is the PEM certificate of the CA that issued the
+	// Redfish endpoint's certificate (which names the endpoint's host), for
+	// clients to verify it with (curl --cacert). It is a copy for
+	// convenience: the trust anchor is the CA Secret in the manager's
+	// namespace, which the manager's own clients read.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	RedfishCABundle string `json:"redfishCABundle,omitempty"`
+
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

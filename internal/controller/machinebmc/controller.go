@@ -61,7 +61,7 @@ const (
 // +kubebuilder:rbac:groups=bmc.converge.dev,resources=machinebmcs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=bmc.converge.dev,resources=machinebmcs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=machine.converge.dev,resources=machines,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;create;patch
@@ -101,6 +101,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Server.Recorder == nil {
 		r.Server.Recorder = mgr.GetEventRecorder("bmc")
+	}
+	if r.Server.APIReader == nil {
+		r.Server.APIReader = mgr.GetAPIReader()
 	}
 	r.Server.Log = mgr.GetLogger().WithName("bmc")
 	if err := mgr.Add(r.Server); err != nil {
@@ -149,6 +152,7 @@ type scope struct {
 	machineErr error // nil: found
 	secretErr  error // nil: usable
 	ep         bmc.Endpoints
+	caBundle   string
 	publishErr error
 	probeErr   error
 	probed     bool
@@ -223,6 +227,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	s.ep = ep
+	if ep.Redfish != "" {
+		// The certificate names the published host too (a Service's
+		// address), so clients verify it against the host they dial.
+		if u, err := url.Parse(ep.Redfish); err == nil {
+			if err := r.Server.CoverNames(req.NamespacedName, u.Hostname()); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		s.caBundle = string(r.Server.CABundle())
+	}
 
 	what := ep.IPMI + "|" + ep.Redfish + "|" + fingerprint(user, password)
 	reprobe := r.ReprobeInterval
@@ -297,9 +311,9 @@ func (r *Reconciler) probe(ctx context.Context, ep bmc.Endpoints, user, password
 		}
 	}
 	if ep.Redfish != "" {
-		// Through a Service the address is not the one the certificate
-		// names: verify the BMC server's own (advertised) address.
-		tc := &tls.Config{RootCAs: r.Server.RootCAs(), MinVersion: tls.VersionTLS12, ServerName: r.Server.AdvertisedAddress()}
+		// Verified as a client does: against the CA, for the published
+		// host (which the certificate names: CoverNames).
+		tc := &tls.Config{RootCAs: r.Server.RootCAs(), MinVersion: tls.VersionTLS12}
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DialContext: r.Server.Dial}}
 		defer hc.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.Redfish+"/redfish/v1/", nil)

@@ -3,6 +3,8 @@ package machinebmc_test
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +141,13 @@ func TestPublishedThroughALoadBalancer(t *testing.T) {
 	out, err = netns.Run(ctx, topo.Client, "redfishtool", "-r", vip+":443", "-u", "admin", "-p", "s3cret", "-S", "Always", "-T", "10", "Systems", "get")
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 	g.Expect(string(out)).To(ContainSubstring(`"PowerState"`))
+	// The certificate names the load balancer's address and verifies with
+	// the published CA bundle: curl --cacert, no -k.
+	bundle := filepath.Join(t.TempDir(), "bmc-ca.pem")
+	g.Expect(os.WriteFile(bundle, []byte(b.Status.RedfishCABundle), 0o600)).To(Succeed())
+	out, err = netns.Run(ctx, topo.Client, "curl", "-sS", "--fail", "--cacert", bundle, "-u", "admin:s3cret", b.Status.RedfishEndpoint+"/redfish/v1/Systems")
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	g.Expect(string(out)).To(ContainSubstring(`"Members@odata.count":1`))
 	out, err = netns.Run(ctx, topo.Client, "ipmitool", "-I", "lanplus", "-C", "17", "-H", vip, "-p", "623",
 		"-U", "admin", "-P", "wrong", "-R", "1", "-N", "2", "chassis", "power", "status")
 	g.Expect(err).To(HaveOccurred(), "a wrong password is refused through the load balancer too: %s", out)

@@ -28,7 +28,7 @@ func computeStatus(s *scope) {
 		creconcile.MarkFalse(conds, g, bmcv1alpha1.SecretAvailableCondition, bmcv1alpha1.SecretNotFoundReason,
 			"Secret "+b.Spec.AuthSecretRef.Name+" not found in namespace "+b.Namespace)
 	}
-	b.Status.IPMIEndpoint, b.Status.RedfishEndpoint = s.ep.IPMI, s.ep.Redfish
+	b.Status.IPMIEndpoint, b.Status.RedfishEndpoint, b.Status.RedfishCABundle = s.ep.IPMI, s.ep.Redfish, s.caBundle
 	switch {
 	case s.machineErr != nil:
 		creconcile.MarkFalse(conds, g, bmcv1alpha1.ReadyCondition, bmcv1alpha1.MachineNotFoundReason, "Machine "+b.Spec.MachineRef.Name+" not found")

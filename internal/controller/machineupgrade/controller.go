@@ -16,7 +16,6 @@ package machineupgrade
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,10 +95,14 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Recorder records Events.
 	Recorder events.EventRecorder
-	// HTTPClient talks Redfish to the BMCs. The default does not verify
-	// the BMC's certificate: a MachineBMC serves a self-signed certificate
-	// made at each start and publishes no CA (docs/bmc.md), so a client
-	// can only trust the session it opens.
+	// BMCCASecret is the Secret, in the manager's namespace, keeping the
+	// CA of the BMCs' Redfish certificates: the default HTTPClient trusts
+	// that CA alone, read from there (never from a MachineBMC's status,
+	// which is only a copy).
+	BMCCASecret types.NamespacedName
+	// HTTPClient talks Redfish to the BMCs; when nil, a client that
+	// verifies each BMC's certificate against the CA of BMCCASecret and
+	// the endpoint's host (newRedfishHTTPClient) before it sends anything.
 	HTTPClient *http.Client
 	// BootKick; DefaultBootKick when zero.
 	BootKick time.Duration
@@ -112,13 +116,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	if r.HTTPClient == nil {
-		r.HTTPClient = &http.Client{
-			Timeout: DefaultPowerCycleTimeout,
-			Transport: &http.Transport{
-				TLSClientConfig:     &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // the BMC's certificate is self-signed and no CA is published; see HTTPClient
-				MaxIdleConnsPerHost: 2,
-			},
-		}
+		r.HTTPClient = r.newRedfishHTTPClient()
 	}
 	if r.BootKick == 0 {
 		r.BootKick = DefaultBootKick

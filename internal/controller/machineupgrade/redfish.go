@@ -3,12 +3,64 @@ package machineupgrade
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+
+	"github.com/converge-dev/converge/internal/bmc"
 )
+
+// newRedfishHTTPClient is the default HTTPClient: each TLS connection to a
+// BMC is verified against the CA kept in BMCCASecret (read at each new
+// connection, uncached: the manager's namespace, which tenants cannot
+// write) and against the host of the endpoint dialled. A BMC whose
+// certificate does not verify gets no request, so neither the credentials
+// nor a command reach whoever answers in its place.
+func (r *Reconciler) newRedfishHTTPClient() *http.Client {
+	return &http.Client{
+		Timeout: DefaultPowerCycleTimeout,
+		Transport: &http.Transport{
+			DialTLSContext:      r.dialBMC,
+			MaxIdleConnsPerHost: 2,
+		},
+	}
+}
+
+// dialBMC opens a TLS connection to a BMC at addr and verifies its
+// certificate before returning it.
+func (r *Reconciler) dialBMC(ctx context.Context, network, addr string) (net.Conn, error) {
+	if r.BMCCASecret.Name == "" {
+		return nil, errors.New("no BMC CA Secret is configured: the BMC's certificate cannot be verified")
+	}
+	pool, err := bmc.ReadCAPool(ctx, r.APIReader, r.BMCCASecret)
+	if err != nil {
+		return nil, err
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12})
+	if err := conn.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("the BMC's certificate does not verify against the BMC CA (Secret %s) for host %s, nothing sent: %w", r.BMCCASecret, host, err)
+		}
+		return nil, fmt.Errorf("TLS handshake with the BMC at %s: %w", addr, err)
+	}
+	return conn, nil
+}
 
 // redfishClient is the small part of a Redfish client the upgrade needs:
 // find the one ComputerSystem and reset it. Each call authenticates with
