@@ -100,6 +100,9 @@ type Reconciler struct {
 	// made at each start and publishes no CA (docs/bmc.md), so a client
 	// can only trust the session it opens.
 	HTTPClient *http.Client
+	// Console reads the Machines' serial consoles for the console
+	// post-checks; LocalConsole (this host's files) when nil.
+	Console ConsoleReader
 	// BootKick; DefaultBootKick when zero.
 	BootKick time.Duration
 	// Now; time.Now when nil.
@@ -119,6 +122,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				MaxIdleConnsPerHost: 2,
 			},
 		}
+	}
+	if r.Console == nil {
+		r.Console = LocalConsole{}
 	}
 	if r.BootKick == 0 {
 		r.BootKick = DefaultBootKick
