@@ -32,10 +32,10 @@ type ConsoleReader interface {
 }
 
 var (
-	// ErrNoConsole: the Machine's provider keeps no serial console (its
+	// ErrNoConsole says the Machine's provider keeps no serial console (its
 	// status.consoleLog is empty, as for a KwokMachine).
 	ErrNoConsole = errors.New("its provider keeps no serial console (status.consoleLog is empty)")
-	// ErrConsoleElsewhere: the console file is not on this host (the
+	// ErrConsoleElsewhere says the console file is not on this host (the
 	// machine runs on another host, under a per-node agent).
 	ErrConsoleElsewhere = errors.New("its console file is not on the manager's host")
 )
