@@ -80,7 +80,8 @@ func countPrefix(l []string, prefix string) int {
 // publishing Redfish, on an IPPool with network boot; then powers them on
 // one at a time and waits until each console shows image A booted over the
 // network with its lease. Its cleanup deletes the Machines (they take
-// their QemuMachines and VMs) and removes each VM and tap, also on failure.
+// their QemuMachines and VMs), waits until both are gone, and removes each
+// VM and tap (if still there), also on failure.
 func qemuFleet(t *testing.T, ns string) {
 	t.Helper()
 	g := NewWithT(t)
@@ -92,8 +93,12 @@ func qemuFleet(t *testing.T, ns string) {
 			_ = env.Client.Delete(cctx, &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vm.name}})
 		}
 		for _, vm := range vms {
+			// The Machine goes once its QemuMachine (and VM) went; waiting
+			// for both leaves no deletion in flight when the suite stops.
+			key := types.NamespacedName{Namespace: ns, Name: vm.name}
 			deadline := time.Now().Add(60 * time.Second)
-			for time.Now().Before(deadline) && env.Client.Get(cctx, types.NamespacedName{Namespace: ns, Name: vm.name}, &infrastructurev1alpha1.QemuMachine{}) == nil {
+			for time.Now().Before(deadline) && (env.Client.Get(cctx, key, &infrastructurev1alpha1.QemuMachine{}) == nil ||
+				env.Client.Get(cctx, key, &machinev1alpha1.Machine{}) == nil) {
 				time.Sleep(200 * time.Millisecond)
 			}
 			if err := host.Remove(cctx, ns+"/"+vm.name, nics(vm.mac)); err != nil {
