@@ -113,9 +113,11 @@ const (
 	PhasePaused     UpgradePhase = "Paused"
 )
 
-// Check is a CEL expression that must be true for every selected Machine.
-// It sees `machine` (the Machine) and `node` (its Node, or an empty map),
-// as maps, and returns a bool.
+// Check is a condition that must hold for every selected Machine: either a
+// CEL expression over the Machine and its Node, or (post-checks only) a
+// line the Machine must have printed on its serial console since its power
+// cycle. Exactly one of expression and console is set.
+// +kubebuilder:validation:XValidation:rule="has(self.expression) != has(self.console)",message="exactly one of expression and console must be set"
 type Check struct {
 	// name names the check in the status and Events.
 	// +required
@@ -123,12 +125,25 @@ type Check struct {
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 
-	// expression is the CEL expression, for example
-	// `machine.status.phase == "Running"`.
-	// +required
+	// expression is a CEL expression that must be true. It sees `machine`
+	// (the Machine) and `node` (its Node, or an empty map), as maps, and
+	// returns a bool, for example `machine.status.phase == "Running"`.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
-	Expression string `json:"expression"`
+	Expression string `json:"expression,omitempty"`
+
+	// console is a regular expression (RE2 syntax, as Go's regexp) that a
+	// line of the Machine's serial console (its status.consoleLog) must
+	// match, among the lines printed since the upgrade power cycled it. It
+	// is read on the manager's host: a Machine whose provider keeps no
+	// console (KwokMachine), or whose console is on another host (a
+	// QemuMachine under a per-node agent), fails the check, saying so.
+	// Post-checks only.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Console string `json:"console,omitempty"`
 }
 
 // UpgradeStrategy says how many Machines are upgraded at once and in which
@@ -205,15 +220,19 @@ type MachineUpgradeSpec struct {
 	Strategy UpgradeStrategy `json:"strategy,omitempty"`
 
 	// preChecks must all be true for every selected Machine before the
-	// first one is touched.
+	// first one is touched. They are CEL expressions only (a console check
+	// is about the boot of the new image).
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.console))",message="preChecks cannot be console checks: a console check looks at the boot of the new image (use it in postChecks)"
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
 	PreChecks []Check `json:"preChecks,omitempty"`
 
-	// postChecks must be true for each Machine after it is upgraded, and
-	// for every Machine at the end.
+	// postChecks must be true for each Machine after it is upgraded (its
+	// PostCheck step, which waits for them up to timeouts.checks), and for
+	// every Machine upgraded at the end. A console check is true once a line
+	// matching it was printed since the Machine's power cycle.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -303,6 +322,19 @@ type MachineProgress struct {
 	// succeeded counts as Upgrade).
 	// +optional
 	CordonedBy CordonedBy `json:"cordonedBy,omitempty"`
+	// consoleOffset is the size of the Machine's serial console file just
+	// before the power cycle was sent (recorded when a console post-check
+	// is set and the console is readable): a console check reads what was
+	// printed after it, so an earlier boot's output cannot satisfy it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsoleOffset *int64 `json:"consoleOffset,omitempty"`
+	// consoleDigest is the hex SHA-256 of the console's first consoleOffset
+	// bytes: a console rewritten from its start since (QEMU truncates its
+	// console file at each start) no longer matches it and is read whole.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ConsoleDigest string `json:"consoleDigest,omitempty"`
 	// started is when the Machine's first step started.
 	// +optional
 	Started *metav1.Time `json:"started,omitempty"`

@@ -51,6 +51,11 @@ func (in *MachineProgress) DeepCopyInto(out *MachineProgress) {
 		in, out := &in.NextAttempt, &out.NextAttempt
 		*out = (*in).DeepCopy()
 	}
+	if in.ConsoleOffset != nil {
+		in, out := &in.ConsoleOffset, &out.ConsoleOffset
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Started != nil {
 		in, out := &in.Started, &out.Started
 		*out = (*in).DeepCopy()

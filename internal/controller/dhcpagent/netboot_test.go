@@ -219,29 +219,6 @@ func TestNetBootServesOnlyThePoolsNamespace(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(ContainSubstring("/images/nbt-b/vmlinuz"))
 }
 
-// linkImage puts the files of image name of the store from into the store
-// to (hard links when they share a file system, else copies).
-func linkImage(from, to, name string) error {
-	if err := os.MkdirAll(filepath.Join(to, name), 0o755); err != nil {
-		return err
-	}
-	for _, f := range []string{qemu.KernelFile, qemu.InitrdFile} {
-		src, dst := filepath.Join(from, name, f), filepath.Join(to, name, f)
-		_ = os.Remove(dst)
-		if os.Link(src, dst) == nil {
-			continue
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func setPower(t *testing.T, g Gomega, ns, name string, p machinev1alpha1.PowerState, change func(*machinev1alpha1.Machine)) {
 	t.Helper()
 	m := &machinev1alpha1.Machine{}
@@ -271,17 +248,7 @@ func TestNetworkBootOfTheMachinesImage(t *testing.T) {
 	}
 	g := NewWithT(t)
 	ctx := t.Context()
-	cache, err := qemu.TestImageDir()
-	if err == nil {
-		err = qemu.BuildBusyboxImage(ctx, cache, "busybox")
-	}
-	if err == nil {
-		err = linkImage(cache, imageStore, "busybox")
-	}
-	if err == nil {
-		err = qemu.BuildMarkedImage(ctx, imageStore, "busybox", "busybox-v2")
-	}
-	if err != nil {
+	if err := nb.UpgradeImages(ctx); err != nil {
 		testenv.NeedPeer(t, "network boot VM test", "the test images: "+err.Error())
 	}
 	ns := env.NewNamespace(t)

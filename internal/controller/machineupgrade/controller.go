@@ -104,6 +104,9 @@ type Reconciler struct {
 	// verifies each BMC's certificate against the CA of BMCCASecret and
 	// the endpoint's host (newRedfishHTTPClient) before it sends anything.
 	HTTPClient *http.Client
+	// Console reads the Machines' serial consoles for the console
+	// post-checks; LocalConsole (this host's files) when nil.
+	Console ConsoleReader
 	// BootKick; DefaultBootKick when zero.
 	BootKick time.Duration
 	// Now; time.Now when nil.
@@ -117,6 +120,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	if r.HTTPClient == nil {
 		r.HTTPClient = r.newRedfishHTTPClient()
+	}
+	if r.Console == nil {
+		r.Console = LocalConsole{}
 	}
 	if r.BootKick == 0 {
 		r.BootKick = DefaultBootKick

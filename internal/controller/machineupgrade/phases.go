@@ -2,7 +2,9 @@ package machineupgrade
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -169,9 +171,27 @@ func (r *Reconciler) waitForOverlap(ctx context.Context, s *scope) (bool, error)
 	return true, nil
 }
 
+// compiled is a check ready to run: a CEL program or a console regexp.
 type compiled struct {
-	name string
-	prg  *upgradecheck.Program
+	name    string
+	prg     *upgradecheck.Program
+	console *regexp.Regexp
+}
+
+// compile compiles one check; field names it in the error.
+func compile(c upgradev1alpha1.Check, field string) (compiled, error) {
+	if c.Console != "" {
+		re, err := regexp.Compile(c.Console)
+		if err != nil {
+			return compiled{}, fmt.Errorf("%s.console: %w", field, err)
+		}
+		return compiled{name: c.Name, console: re}, nil
+	}
+	p, err := upgradecheck.Compile(c.Expression)
+	if err != nil {
+		return compiled{}, fmt.Errorf("%s.expression: %w", field, err)
+	}
+	return compiled{name: c.Name, prg: p}, nil
 }
 
 type checkSet struct{ pre, post []compiled }
@@ -179,18 +199,21 @@ type checkSet struct{ pre, post []compiled }
 func compileChecks(u *upgradev1alpha1.MachineUpgrade) (checkSet, error) {
 	var cs checkSet
 	for _, c := range u.Spec.PreChecks {
-		p, err := upgradecheck.Compile(c.Expression)
-		if err != nil {
-			return cs, fmt.Errorf("spec.preChecks[%s]: %w", c.Name, err)
+		if c.Console != "" {
+			return cs, fmt.Errorf("spec.preChecks[%s].console: a console check is a post-check only", c.Name)
 		}
-		cs.pre = append(cs.pre, compiled{c.Name, p})
+		p, err := compile(c, "spec.preChecks["+c.Name+"]")
+		if err != nil {
+			return cs, err
+		}
+		cs.pre = append(cs.pre, p)
 	}
 	for _, c := range u.Spec.PostChecks {
-		p, err := upgradecheck.Compile(c.Expression)
+		p, err := compile(c, "spec.postChecks["+c.Name+"]")
 		if err != nil {
-			return cs, fmt.Errorf("spec.postChecks[%s]: %w", c.Name, err)
+			return cs, err
 		}
-		cs.post = append(cs.post, compiled{c.Name, p})
+		cs.post = append(cs.post, p)
 	}
 	return cs, nil
 }
@@ -251,7 +274,13 @@ func (r *Reconciler) clusterChecks(ctx context.Context, s *scope, name upgradev1
 	}
 	why := ""
 	for i := range machines {
-		ok, msg, err := r.evalChecks(ctx, &machines[i], checks)
+		ok, msg, err := r.evalChecks(ctx, &machines[i], u.Status.Machine(machines[i].Name), checks)
+		var ce *consoleError
+		if errors.As(err, &ce) {
+			// A console that cannot be read here: false until the step's
+			// timeout, saying why.
+			ok, msg, err = false, ce.Error(), nil
+		}
 		if err != nil {
 			return false, err
 		}
@@ -277,9 +306,16 @@ func (r *Reconciler) clusterChecks(ctx context.Context, s *scope, name upgradev1
 	return false, nil
 }
 
-// evalChecks evaluates checks against m and its Node; msg names the first
-// false one.
-func (r *Reconciler) evalChecks(ctx context.Context, m *machinev1alpha1.Machine, checks []compiled) (bool, string, error) {
+// consoleError is a console check that could not read the console.
+type consoleError struct{ err error }
+
+func (e *consoleError) Error() string { return e.err.Error() }
+func (e *consoleError) Unwrap() error { return e.err }
+
+// evalChecks evaluates checks against m, its Node and (console checks) its
+// console since the mark in mp (nil: the whole console); msg names the
+// first false one. A console that cannot be read is a *consoleError.
+func (r *Reconciler) evalChecks(ctx context.Context, m *machinev1alpha1.Machine, mp *upgradev1alpha1.MachineProgress, checks []compiled) (bool, string, error) {
 	if len(checks) == 0 {
 		return true, "", nil
 	}
@@ -296,6 +332,16 @@ func (r *Reconciler) evalChecks(ctx context.Context, m *machinev1alpha1.Machine,
 		}
 	}
 	for _, c := range checks {
+		if c.console != nil {
+			ok, msg, err := r.evalConsole(ctx, m, mp, c)
+			if err != nil {
+				return false, "", &consoleError{err}
+			}
+			if !ok {
+				return false, msg, nil
+			}
+			continue
+		}
 		ok, err := c.prg.Eval(mu, nu)
 		if err != nil {
 			return false, fmt.Sprintf("check %s on Machine %s: %v", c.name, m.Name, err), nil

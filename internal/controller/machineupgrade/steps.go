@@ -106,6 +106,13 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 			// No sign of it: say so in a checkpoint first, so that of two
 			// reconciles resuming from the same status only one sends it.
 			mp.Message = "resumed with no sign of a reset sent: sending it"
+			r.markConsole(ctx, u, mp, m)
+			if err := r.checkpoint(ctx, s); err != nil {
+				return false, "", err
+			}
+		} else if r.markConsole(ctx, u, mp, m) {
+			// Where the console stands, before the reset: a console check
+			// reads only what the machine prints after it.
 			if err := r.checkpoint(ctx, s); err != nil {
 				return false, "", err
 			}
@@ -138,7 +145,7 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		return err == nil, "", err
 
 	case upgradev1alpha1.StepPostCheck:
-		ok, msg, err := r.evalChecks(ctx, m, post)
+		ok, msg, err := r.evalChecks(ctx, m, mp, post)
 		return ok, msg, err
 	}
 	return false, "", fmt.Errorf("unknown step %q", mp.Step)

@@ -46,6 +46,25 @@ func TestWebhook(t *testing.T) {
 	err = env.Client.Create(ctx, bad)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.preChecks[0].expression: Invalid value"))
+	// Console checks: the CRD's CEL rules refuse both or neither of
+	// expression and console, and a console pre-check; the webhook refuses
+	// a regular expression that does not compile, naming the field.
+	both := newUpgrade(ns, "both", "none", 1)
+	both.Spec.PostChecks = []upgradev1alpha1.Check{{Name: "both", Expression: "true", Console: "x"}}
+	g.Expect(env.Client.Create(ctx, both)).To(MatchError(ContainSubstring("spec.postChecks[0]: Invalid value: exactly one of expression and console must be set")))
+	neither := newUpgrade(ns, "neither", "none", 1)
+	neither.Spec.PostChecks = []upgradev1alpha1.Check{{Name: "neither"}}
+	g.Expect(env.Client.Create(ctx, neither)).To(MatchError(ContainSubstring("exactly one of expression and console must be set")))
+	preConsole := newUpgrade(ns, "pre-console", "none", 1)
+	preConsole.Spec.PreChecks = []upgradev1alpha1.Check{{Name: "c", Console: "ready"}}
+	g.Expect(env.Client.Create(ctx, preConsole)).To(MatchError(ContainSubstring("spec.preChecks: Invalid value: preChecks cannot be console checks")))
+	badRE := newUpgrade(ns, "bad-re", "none", 1)
+	badRE.Spec.PostChecks = []upgradev1alpha1.Check{{Name: "c", Console: "converge-image: ("}}
+	g.Expect(env.Client.Create(ctx, badRE)).To(MatchError(ContainSubstring("spec.postChecks[0].console: Invalid value: \"converge-image: (\": not a regular expression (RE2)")))
+	okRE := newUpgrade(ns, "ok-re", "none", 1)
+	okRE.Spec.PostChecks = []upgradev1alpha1.Check{{Name: "c", Console: "^converge-image: v2$"}}
+	g.Expect(env.Client.Create(ctx, okRE)).To(Succeed())
+
 	empty := newUpgrade(ns, "empty", "none", 1)
 	empty.Spec.Selector = metav1.LabelSelector{}
 	g.Expect(env.Client.Create(ctx, empty)).To(MatchError(ContainSubstring("must select something")))

@@ -10,6 +10,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"regexp"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,7 +87,9 @@ func (MachineUpgrade) ValidateDelete(context.Context, *upgradev1alpha1.MachineUp
 	return nil, nil
 }
 
-// ValidateSpec checks the selector and that every check compiles.
+// ValidateSpec checks the selector and every check: exactly one of
+// expression and console, console in post-checks only, and that it
+// compiles.
 func ValidateSpec(spec *upgradev1alpha1.MachineUpgradeSpec, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if sel, err := metav1.LabelSelectorAsSelector(&spec.Selector); err != nil {
@@ -95,16 +98,36 @@ func ValidateSpec(spec *upgradev1alpha1.MachineUpgradeSpec, p *field.Path) field
 		errs = append(errs, field.Invalid(p.Child("selector"), spec.Selector, "must select something: an empty selector would upgrade every Machine of the namespace"))
 	}
 	for i, c := range spec.PreChecks {
-		if _, err := upgradecheck.Compile(c.Expression); err != nil {
-			errs = append(errs, field.Invalid(p.Child("preChecks").Index(i).Child("expression"), c.Expression, err.Error()))
+		if c.Console != "" {
+			errs = append(errs, field.Invalid(p.Child("preChecks").Index(i).Child("console"), c.Console,
+				"a console check is a post-check only: it looks at what the new image printed after the power cycle"))
 		}
+		errs = append(errs, validateCheck(c, p.Child("preChecks").Index(i))...)
 	}
 	for i, c := range spec.PostChecks {
-		if _, err := upgradecheck.Compile(c.Expression); err != nil {
-			errs = append(errs, field.Invalid(p.Child("postChecks").Index(i).Child("expression"), c.Expression, err.Error()))
-		}
+		errs = append(errs, validateCheck(c, p.Child("postChecks").Index(i))...)
 	}
 	return errs
+}
+
+// validateCheck checks that exactly one of expression and console is set
+// and that it compiles (CEL, or an RE2 regular expression).
+func validateCheck(c upgradev1alpha1.Check, p *field.Path) field.ErrorList {
+	switch {
+	case c.Expression != "" && c.Console != "":
+		return field.ErrorList{field.Invalid(p.Child("console"), c.Console, "exactly one of expression and console must be set")}
+	case c.Expression == "" && c.Console == "":
+		return field.ErrorList{field.Required(p.Child("expression"), "exactly one of expression and console must be set")}
+	case c.Console != "":
+		if _, err := regexp.Compile(c.Console); err != nil {
+			return field.ErrorList{field.Invalid(p.Child("console"), c.Console, "not a regular expression (RE2): "+err.Error())}
+		}
+	default:
+		if _, err := upgradecheck.Compile(c.Expression); err != nil {
+			return field.ErrorList{field.Invalid(p.Child("expression"), c.Expression, err.Error())}
+		}
+	}
+	return nil
 }
 
 // list returns the MachineUpgrades of u's namespace and, when there are

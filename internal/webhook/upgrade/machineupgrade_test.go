@@ -80,6 +80,21 @@ func TestValidateSpec(t *testing.T) {
 		{"bad postCheck", func(s *upgradev1alpha1.MachineUpgradeSpec) {
 			s.PostChecks = []upgradev1alpha1.Check{{Name: "a", Expression: "true"}, {Name: "b", Expression: `machine.status.phase ==`}}
 		}, "spec.postChecks[1].expression"},
+		{"console postCheck", func(s *upgradev1alpha1.MachineUpgradeSpec) {
+			s.PostChecks = []upgradev1alpha1.Check{{Name: "a", Console: `^converge-image: busybox-v2$`}}
+		}, ""},
+		{"bad console regexp", func(s *upgradev1alpha1.MachineUpgradeSpec) {
+			s.PostChecks = []upgradev1alpha1.Check{{Name: "a", Expression: "true"}, {Name: "b", Console: `converge-image: (`}}
+		}, "spec.postChecks[1].console: Invalid value: \"converge-image: (\": not a regular expression (RE2): error parsing regexp: missing closing )"},
+		{"console preCheck", func(s *upgradev1alpha1.MachineUpgradeSpec) {
+			s.PreChecks = []upgradev1alpha1.Check{{Name: "a", Console: `ready`}}
+		}, "spec.preChecks[0].console: Invalid value: \"ready\": a console check is a post-check only"},
+		{"both expression and console", func(s *upgradev1alpha1.MachineUpgradeSpec) {
+			s.PostChecks = []upgradev1alpha1.Check{{Name: "a", Expression: "true", Console: `ready`}}
+		}, "spec.postChecks[0].console: Invalid value: \"ready\": exactly one of expression and console must be set"},
+		{"neither expression nor console", func(s *upgradev1alpha1.MachineUpgradeSpec) {
+			s.PostChecks = []upgradev1alpha1.Check{{Name: "a"}}
+		}, "spec.postChecks[0].expression: Required value: exactly one of expression and console must be set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
