@@ -191,7 +191,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // floorLoop upgrades every Machine by hand, mu at a time.
 func floorLoop(ctx context.Context, c client.Client, n, mu int, image, version string) (time.Duration, error) {
 	// Verified as the controller verifies them: against the BMC CA.
-	pool, perr := bmc.ReadCAPool(ctx, c, setup.BMCOptions{}.CASecretKey())
+	pool, perr := (&bmc.CATrust{Key: setup.BMCOptions{}.CASecretKey(), Cache: c, Live: c}).Pool(ctx)
 	if perr != nil {
 		return 0, perr
 	}

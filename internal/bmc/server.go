@@ -41,6 +41,7 @@ import (
 	"github.com/converge-dev/converge/internal/bmc/ipmi"
 	"github.com/converge-dev/converge/internal/bmc/redfish"
 	"github.com/converge-dev/converge/internal/netns"
+	"github.com/converge-dev/converge/internal/webhookcert"
 )
 
 // FieldManager is the field manager of the BMCs' writes to Machines.
@@ -100,7 +101,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	ctx     context.Context
-	ca      *CA
+	ca      *webhookcert.Bundle
 	bmcs    map[types.NamespacedName]*instance
 	running bool
 	wg      sync.WaitGroup
@@ -119,7 +120,7 @@ type instance struct {
 	// cert is the BMC's Redfish serving certificate: issued from the CA
 	// for the server's own names, and again when the controller publishes
 	// a host it does not name (a Service's address; CoverNames).
-	cert   atomic.Pointer[tls.Certificate]
+	cert   atomic.Pointer[serving]
 	cancel context.CancelFunc
 	ep     Endpoints
 }
@@ -158,7 +159,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 // loadCA reads or creates the CA Secret, retrying every 2 s while that
 // fails; nil, nil when ctx ends first.
-func (s *Server) loadCA(ctx context.Context) (*CA, error) {
+func (s *Server) loadCA(ctx context.Context) (*webhookcert.Bundle, error) {
 	if s.CASecret.Name == "" {
 		return NewCA()
 	}
@@ -169,7 +170,7 @@ func (s *Server) loadCA(ctx context.Context) (*CA, error) {
 	for {
 		ca, created, err := LoadOrCreateCA(ctx, r, s.Client, s.CASecret)
 		if err == nil {
-			s.Log.Info("Using the BMC CA", "Secret", s.CASecret.String(), "created", created, "notAfter", ca.Cert.NotAfter)
+			s.Log.Info("Using the BMC CA", "Secret", s.CASecret.String(), "created", created)
 			return ca, nil
 		}
 		s.Log.Error(err, "Loading the BMC CA; retrying")
@@ -219,7 +220,7 @@ func (s *Server) RootCAs() *x509.CertPool {
 	if s.ca == nil {
 		return nil
 	}
-	return s.ca.Pool()
+	return s.ca.CAPool()
 }
 
 // CABundle is the CA certificate (PEM) clients of the Redfish endpoints
@@ -230,7 +231,7 @@ func (s *Server) CABundle() []byte {
 	if s.ca == nil {
 		return nil
 	}
-	return s.ca.PEM
+	return s.ca.CACert
 }
 
 // CoverNames makes the Redfish certificate of the BMC key name hosts too
@@ -244,21 +245,42 @@ func (s *Server) CoverNames(key types.NamespacedName, hosts ...string) error {
 	if in == nil || in.https == nil {
 		return nil
 	}
-	if covers(in.cert.Load(), hosts, time.Now()) {
+	hosts = slices.DeleteFunc(slices.Clone(hosts), func(h string) bool { return h == "" })
+	if cur := in.cert.Load(); cur != nil && cur.bundle.Check(hosts, time.Now(), renewBefore) == nil {
 		return nil
 	}
 	names := s.ownNames()
 	for _, h := range hosts {
-		if h != "" && !slices.Contains(names, h) {
+		if !slices.Contains(names, h) {
 			names = append(names, h)
 		}
 	}
-	cert, err := s.ca.Issue(names)
+	cert, err := s.issue(names)
 	if err != nil {
 		return fmt.Errorf("issuing the Redfish certificate of MachineBMC %s: %w", key, err)
 	}
 	in.cert.Store(cert)
 	return nil
+}
+
+// serving is a Redfish serving certificate: the bundle it was issued as
+// (checked against the names it must cover) and the key pair served.
+type serving struct {
+	bundle *webhookcert.Bundle
+	pair   *tls.Certificate
+}
+
+// issue makes a Redfish serving certificate for names from the CA.
+func (s *Server) issue(names []string) (*serving, error) {
+	b, err := s.ca.IssueServing(names, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	pair, err := b.KeyPair()
+	if err != nil {
+		return nil, err
+	}
+	return &serving{bundle: b, pair: pair}, nil
 }
 
 // ownNames are the names every Redfish certificate carries: 127.0.0.1,
@@ -347,7 +369,7 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 			return nil, fmt.Errorf("listening for Redfish: %w", err)
 		}
 		in.ln = ln
-		cert, err := s.ca.Issue(s.ownNames())
+		cert, err := s.issue(s.ownNames())
 		if err != nil {
 			in.stop()
 			return nil, fmt.Errorf("issuing the Redfish certificate: %w", err)
@@ -360,7 +382,7 @@ func (s *Server) start(key types.NamespacedName, cfg Config) (*instance, error) 
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    64 << 10,
 			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12,
-				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return in.cert.Load(), nil }},
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return in.cert.Load().pair, nil }},
 			// Handshakes a load balancer's TCP health check cuts short
 			// are not errors worth a line each.
 			ErrorLog: log.New(logWriter{s.Log.V(1).WithValues("MachineBMC", key.String())}, "", 0),

@@ -39,14 +39,25 @@ func Issue(hosts []string, now time.Time) (*Bundle, error) {
 	if len(hosts) == 0 {
 		return nil, errors.New("a serving certificate needs at least one host name")
 	}
+	b, err := NewCA(pkix.Name{CommonName: "converge-webhook-ca"}, now)
+	if err != nil {
+		return nil, err
+	}
+	return b, b.reissueServing(hosts, now)
+}
+
+// NewCA creates a bundle holding a new CA alone (no serving certificate):
+// ECDSA P-256, ten years long, signing leaves only (path length zero).
+func NewCA(subject pkix.Name, now time.Time) (*Bundle, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generating CA key: %w", err)
 	}
 	caTmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "converge-webhook-ca"},
+		Subject:               subject,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
 	caDER, err := sign(caTmpl, &caKey.PublicKey, nil, caKey, now, caValidity)
@@ -57,7 +68,44 @@ func Issue(hosts []string, now time.Time) (*Bundle, error) {
 	if b.CAKey, err = pemKey(caKey); err != nil {
 		return nil, err
 	}
-	return b, b.reissueServing(hosts, now)
+	return b, nil
+}
+
+// IssueServing returns a bundle with b's CA and a new serving certificate
+// for hosts, signed by that CA; b is unchanged.
+func (b *Bundle) IssueServing(hosts []string, now time.Time) (*Bundle, error) {
+	next := &Bundle{CACert: b.CACert, CAKey: b.CAKey}
+	if err := next.reissueServing(hosts, now); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// CheckCA reports why the bundle's CA cannot sign, or nil if it can: its
+// certificate is a CA and its key is the certificate's (ECDSA).
+func (b *Bundle) CheckCA() error {
+	_, _, err := b.ca()
+	return err
+}
+
+// ca parses the CA certificate and its key.
+func (b *Bundle) ca() (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	ca, err := parseCert(b.CACert)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing CA: %w", err)
+	}
+	if !ca.IsCA {
+		return nil, nil, errors.New("the CA certificate is not a CA")
+	}
+	caKeyPair, err := tls.X509KeyPair(b.CACert, b.CAKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading CA key: %w", err)
+	}
+	caKey, ok := caKeyPair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil, errors.New("CA key is not ECDSA")
+	}
+	return ca, caKey, nil
 }
 
 // reissueServing signs a new serving certificate with the bundle's CA.
@@ -65,17 +113,9 @@ func (b *Bundle) reissueServing(hosts []string, now time.Time) error {
 	if len(hosts) == 0 {
 		return errors.New("a serving certificate needs at least one host name")
 	}
-	ca, err := parseCert(b.CACert)
+	ca, caKey, err := b.ca()
 	if err != nil {
-		return fmt.Errorf("parsing CA: %w", err)
-	}
-	caKeyPair, err := tls.X509KeyPair(b.CACert, b.CAKey)
-	if err != nil {
-		return fmt.Errorf("loading CA key: %w", err)
-	}
-	caKey, ok := caKeyPair.PrivateKey.(*ecdsa.PrivateKey)
-	if !ok {
-		return errors.New("CA key is not ECDSA")
+		return err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -144,6 +184,24 @@ func (b *Bundle) NotAfter() time.Time {
 		return time.Time{}
 	}
 	return c.NotAfter
+}
+
+// KeyPair is the serving certificate and its key, for a tls.Config; its
+// Leaf is set.
+func (b *Bundle) KeyPair() (*tls.Certificate, error) {
+	pair, err := tls.X509KeyPair(b.Cert, b.Key)
+	if err != nil {
+		return nil, fmt.Errorf("loading serving key pair: %w", err)
+	}
+	return &pair, nil
+}
+
+// CAPool is a pool holding the bundle's CA certificate(s): what a client of
+// the certificates it signs trusts.
+func (b *Bundle) CAPool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(b.CACert)
+	return p
 }
 
 // Equal reports whether two bundles hold the same certificates and keys.

@@ -3,6 +3,7 @@ package webhookcert
 import (
 	"bytes"
 	"context"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"os"
@@ -14,9 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Store persists a Bundle.
@@ -206,3 +209,97 @@ func (s *SecretStore) Changes() <-chan struct{} { return s.changes }
 
 // Describe implements Store.
 func (s *SecretStore) Describe() string { return "Secret " + s.Namespace + "/" + s.Name }
+
+// CASecretStore keeps a CA alone (no serving certificate: whoever uses it
+// issues those in memory) in a Secret of type kubernetes.io/tls: tls.crt
+// and ca.crt hold the CA certificate, tls.key its key. It is create-only:
+// Save creates the Secret and never writes one that exists, so of several
+// managers creating it at once one wins and the others, whose Save fails
+// with AlreadyExists, load the winner's (LoadOrCreateCA).
+type CASecretStore struct {
+	// Reader reads the Secret; Writer creates it.
+	Reader client.Reader
+	Writer client.Writer
+	// Key locates the Secret.
+	Key types.NamespacedName
+	// Labels are set on the Secret created.
+	Labels map[string]string
+}
+
+var _ Store = &CASecretStore{}
+
+// Load implements Store: nil when the Secret does not exist, a bundle with
+// whatever it holds (maybe nothing) when it does.
+func (s *CASecretStore) Load(ctx context.Context) (*Bundle, error) {
+	sec := &corev1.Secret{}
+	if err := s.Reader.Get(ctx, s.Key, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading %s: %w", s.Describe(), err)
+	}
+	return &Bundle{CACert: sec.Data[keyCert], CAKey: sec.Data[keyKey]}, nil
+}
+
+// Save implements Store: it creates the Secret with next's CA, and refuses
+// to replace one (prev not nil). A Secret that exists already fails the
+// create with AlreadyExists, returned as is.
+func (s *CASecretStore) Save(ctx context.Context, prev, next *Bundle) error {
+	if prev != nil {
+		return fmt.Errorf("%s is create-only: it is never replaced", s.Describe())
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Key.Namespace, Name: s.Key.Name, Labels: s.Labels},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{keyCert: next.CACert, keyKey: next.CAKey, keyCACert: next.CACert},
+	}
+	if err := s.Writer.Create(ctx, sec); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return fmt.Errorf("creating %s: %w", s.Describe(), err)
+	}
+	return nil
+}
+
+// Changes implements Store: the store does not watch.
+func (*CASecretStore) Changes() <-chan struct{} { return nil }
+
+// Describe implements Store.
+func (s *CASecretStore) Describe() string { return "Secret " + s.Key.String() }
+
+// LoadOrCreateCA returns the CA kept in s, saving a new one (NewCA with
+// subject) when s holds none. When another writer saved one first (Save
+// fails with AlreadyExists), that one is loaded and returned, so every
+// caller ends with the same CA. A store holding no valid CA is an error: it
+// is never replaced. created says whether this call saved the CA.
+func LoadOrCreateCA(ctx context.Context, s Store, subject pkix.Name, now time.Time) (b *Bundle, created bool, err error) {
+	b, err = s.Load(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if b == nil {
+		next, err := NewCA(subject, now)
+		if err != nil {
+			return nil, false, err
+		}
+		err = s.Save(ctx, nil, next)
+		if err == nil {
+			return next, true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, false, err
+		}
+		// Another writer saved one first: use it.
+		if b, err = s.Load(ctx); err != nil {
+			return nil, false, err
+		}
+		if b == nil {
+			return nil, false, fmt.Errorf("%s was created by another writer, then deleted", s.Describe())
+		}
+	}
+	if err := b.CheckCA(); err != nil {
+		return nil, false, fmt.Errorf("%s holds no valid CA (delete it to have a new one made): %w", s.Describe(), err)
+	}
+	return b, false, nil
+}

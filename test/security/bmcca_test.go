@@ -21,7 +21,6 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
-	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
 )
 
@@ -45,7 +44,9 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 	// for the address the controller dials.
 	evil, err := bmc.NewCA()
 	g.Expect(err).NotTo(HaveOccurred())
-	leaf, err := evil.Issue([]string{"127.0.0.1"})
+	served, err := evil.IssueServing([]string{"127.0.0.1"}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	leaf, err := served.KeyPair()
 	g.Expect(err).NotTo(HaveOccurred())
 	var mu sync.Mutex
 	var requests []string
@@ -65,11 +66,9 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 	}
 
 	// The trust anchor is out of reach.
-	evilKey, err := pki.EncodeKey(evil.Key, "PKCS8")
-	g.Expect(err).NotTo(HaveOccurred())
 	evilSecret := func(ns string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{corev1.TLSCertKey: evil.PEM, corev1.TLSPrivateKeyKey: evilKey, bmc.CABundleKey: evil.PEM}}
+			Data: map[string][]byte{corev1.TLSCertKey: evil.CACert, corev1.TLSPrivateKeyKey: evil.CAKey, bmc.CABundleKey: evil.CACert}}
 	}
 	real := &corev1.Secret{}
 	g.Eventually(func() error { return env.Client.Get(ctx, key, real) }).WithTimeout(30*time.Second).Should(Succeed(), "the manager made its BMC CA")
@@ -103,7 +102,7 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 	g.Expect(tn.Client.Create(ctx, b)).To(Succeed())
 	base := b.DeepCopy()
 	b.Status.RedfishEndpoint = imp.URL
-	b.Status.RedfishCABundle = string(evil.PEM)
+	b.Status.RedfishCABundle = string(evil.CACert)
 	g.Expect(apierrors.IsForbidden(tn.Client.Status().Patch(ctx, b, client.MergeFrom(base)))).To(BeTrue(), "a tenant wrote its MachineBMC's status")
 	g.Expect(env.Client.Status().Patch(ctx, b, client.MergeFrom(base))).To(Succeed())
 

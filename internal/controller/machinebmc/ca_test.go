@@ -28,6 +28,7 @@ import (
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 	"github.com/converge-dev/converge/internal/testpeer"
+	"github.com/converge-dev/converge/internal/webhookcert"
 )
 
 // caSecret is where the suite's managers keep the BMC CA (the default of
@@ -97,7 +98,7 @@ func TestRedfishCertificateVerifies(t *testing.T) {
 
 	other, err := bmc.NewCA()
 	g.Expect(err).NotTo(HaveOccurred())
-	_, err = servedLeaf(ctx, b.Status.RedfishEndpoint, other.Pool())
+	_, err = servedLeaf(ctx, b.Status.RedfishEndpoint, other.CAPool())
 	g.Expect(err).To(MatchError(ContainSubstring("certificate signed by unknown authority")))
 }
 
@@ -168,7 +169,7 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	key := types.NamespacedName{Namespace: ns, Name: "race"}
 	const n = 8
 	var wg sync.WaitGroup
-	cas := make([]*bmc.CA, n)
+	cas := make([]*webhookcert.Bundle, n)
 	created := make([]bool, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
@@ -185,7 +186,7 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	made := 0
 	for i := range n {
 		g.Expect(errs[i]).NotTo(HaveOccurred())
-		g.Expect(cas[i].PEM).To(Equal(cas[0].PEM), "replica %d ended with another CA", i)
+		g.Expect(cas[i].CACert).To(Equal(cas[0].CACert), "replica %d ended with another CA", i)
 		if created[i] {
 			made++
 		}
@@ -193,14 +194,14 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	g.Expect(made).To(Equal(1), "the Secret was created once")
 	sec := &corev1.Secret{}
 	g.Expect(env.Client.Get(ctx, key, sec)).To(Succeed())
-	g.Expect(sec.Data[corev1.TLSCertKey]).To(Equal(cas[0].PEM))
+	g.Expect(sec.Data[corev1.TLSCertKey]).To(Equal(cas[0].CACert))
 
 	// A manager whose read came before another's create (so it creates
 	// too, and gets AlreadyExists) ends with the CA that was made.
 	again, made2, err := bmc.LoadOrCreateCA(ctx, &notFoundOnce{Reader: env.Client}, env.Client, key)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(made2).To(BeFalse())
-	g.Expect(again.PEM).To(Equal(cas[0].PEM), "the loser of the race kept a CA of its own")
+	g.Expect(again.CACert).To(Equal(cas[0].CACert), "the loser of the race kept a CA of its own")
 
 	bad := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"}, Data: map[string][]byte{corev1.TLSCertKey: []byte("not a certificate")}}
 	g.Expect(env.Client.Create(ctx, bad)).To(Succeed())
@@ -211,13 +212,15 @@ func TestCAIsCreatedOnce(t *testing.T) {
 	g.Expect(got.ResourceVersion).To(Equal(bad.ResourceVersion), "an invalid CA Secret was overwritten")
 
 	// The leaf it issues names what it is asked to, and chains to it.
-	leaf, err := cas[0].Issue([]string{"10.96.0.12", "bmc.example"})
+	served, err := cas[0].IssueServing([]string{"10.96.0.12", "bmc.example"}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	leaf, err := served.KeyPair()
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, h := range []string{"10.96.0.12", "bmc.example"} {
-		_, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: h, Roots: cas[1].Pool()})
+		_, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: h, Roots: cas[1].CAPool()})
 		g.Expect(err).NotTo(HaveOccurred(), h)
 	}
-	_, err = leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "10.96.0.13", Roots: cas[1].Pool()})
+	_, err = leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "10.96.0.13", Roots: cas[1].CAPool()})
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(net.ParseIP("10.96.0.12").Equal(leaf.Leaf.IPAddresses[0])).To(BeTrue())
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -35,6 +36,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/bmc"
 )
 
 // ControllerName is the controller's name.
@@ -111,6 +113,10 @@ type Reconciler struct {
 	BootKick time.Duration
 	// Now; time.Now when nil.
 	Now func() time.Time
+
+	// bmcTrust keeps the pool of the BMC CA for the default HTTPClient.
+	bmcTrust     *bmc.CATrust
+	bmcTrustOnce sync.Once
 }
 
 // SetupWithManager registers the controller.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,11 +17,11 @@ import (
 )
 
 // newRedfishHTTPClient is the default HTTPClient: each TLS connection to a
-// BMC is verified against the CA kept in BMCCASecret (read at each new
-// connection, uncached: the manager's namespace, which tenants cannot
-// write) and against the host of the endpoint dialled. A BMC whose
-// certificate does not verify gets no request, so neither the credentials
-// nor a command reach whoever answers in its place.
+// BMC is verified against the CA kept in BMCCASecret (the manager's
+// namespace, which tenants cannot write) and against the host of the
+// endpoint dialled. A BMC whose certificate does not verify gets no
+// request, so neither the credentials nor a command reach whoever answers
+// in its place.
 func (r *Reconciler) newRedfishHTTPClient() *http.Client {
 	return &http.Client{
 		Timeout: DefaultPowerCycleTimeout,
@@ -31,20 +32,56 @@ func (r *Reconciler) newRedfishHTTPClient() *http.Client {
 	}
 }
 
+// caTrust is the pool of the BMC CA, kept in memory (bmc.CATrust): read
+// from the manager's cache, made again when the cached Secret changes, and
+// read from the API server only after a certificate did not verify.
+func (r *Reconciler) caTrust() *bmc.CATrust {
+	r.bmcTrustOnce.Do(func() { r.bmcTrust = &bmc.CATrust{Key: r.BMCCASecret, Cache: r.Client, Live: r.APIReader} })
+	return r.bmcTrust
+}
+
 // dialBMC opens a TLS connection to a BMC at addr and verifies its
-// certificate before returning it.
+// certificate before returning it. A certificate of an authority the pool
+// does not know is checked once more against the CA read again from the
+// API server (the CA may have been replaced since the pool was made), when
+// that changed the pool.
 func (r *Reconciler) dialBMC(ctx context.Context, network, addr string) (net.Conn, error) {
 	if r.BMCCASecret.Name == "" {
 		return nil, errors.New("no BMC CA Secret is configured: the BMC's certificate cannot be verified")
-	}
-	pool, err := bmc.ReadCAPool(ctx, r.APIReader, r.BMCCASecret)
-	if err != nil {
-		return nil, err
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
+	trust := r.caTrust()
+	pool, err := trust.Pool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := handshake(ctx, network, addr, host, pool)
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &unknown) {
+		again, rerr := trust.Reload(ctx)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if !again.Equal(pool) {
+			conn, err = handshake(ctx, network, addr, host, again)
+		}
+	}
+	if err != nil {
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("the BMC's certificate does not verify against the BMC CA (Secret %s) for host %s, nothing sent: %w", r.BMCCASecret, host, err)
+		}
+		return nil, fmt.Errorf("TLS handshake with the BMC at %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// handshake dials addr and completes a TLS handshake verifying the
+// server's certificate for host against pool.
+func handshake(ctx context.Context, network, addr, host string, pool *x509.CertPool) (*tls.Conn, error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -53,11 +90,7 @@ func (r *Reconciler) dialBMC(ctx context.Context, network, addr string) (net.Con
 	conn := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12})
 	if err := conn.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
-		var verr *tls.CertificateVerificationError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("the BMC's certificate does not verify against the BMC CA (Secret %s) for host %s, nothing sent: %w", r.BMCCASecret, host, err)
-		}
-		return nil, fmt.Errorf("TLS handshake with the BMC at %s: %w", addr, err)
+		return nil, err
 	}
 	return conn, nil
 }
