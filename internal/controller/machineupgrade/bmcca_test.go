@@ -201,7 +201,7 @@ func TestBMCCARotationIsPickedUp(t *testing.T) {
 	newBMC, _ := redfishServer(t, newCA)
 
 	// The cache tells: the old CA is refused, though nothing failed.
-	g.Eventually(func() error { return dial(ctx, r, oldBMC) }).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).
+	g.Eventually(func() error { return dial(ctx, r, oldBMC) }).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).
 		Should(MatchError(ContainSubstring("the BMC's certificate does not verify against the BMC CA (Secret " + key.String() + ")")))
 	g.Expect(dial(ctx, r, newBMC)).To(Succeed())
 
