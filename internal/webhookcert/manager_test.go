@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"math/big"
@@ -21,6 +22,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -556,5 +558,43 @@ func TestManagerWithAPIServer(t *testing.T) {
 				}
 			})
 		}
+	})
+
+	// A CA kept alone in a Secret: created once, never replaced, and a
+	// Secret holding no CA (here a serving certificate and its key) is an
+	// error, not overwritten.
+	t.Run("a CA Secret store is create-only", func(t *testing.T) {
+		g := NewWithT(t)
+		ctx := t.Context()
+		ns := api.namespace(t, "ca-store")
+		store := &CASecretStore{Reader: api.c, Writer: api.c, Key: types.NamespacedName{Namespace: ns, Name: "ca"}, Labels: map[string]string{"l": "v"}}
+		subject := pkix.Name{CommonName: "test-ca"}
+		ca, created, err := LoadOrCreateCA(ctx, store, subject, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(created).To(BeTrue())
+		sec := api.secret(t, ns, "ca")
+		g.Expect(sec.Type).To(Equal(corev1.SecretTypeTLS))
+		g.Expect(sec.Labels).To(HaveKeyWithValue("l", "v"))
+		g.Expect(sec.Data).To(Equal(map[string][]byte{"tls.crt": ca.CACert, "tls.key": ca.CAKey, "ca.crt": ca.CACert}))
+		g.Expect(mustParse(t, ca.CACert).Subject.CommonName).To(Equal("test-ca"))
+
+		again, created, err := LoadOrCreateCA(ctx, store, subject, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(created).To(BeFalse())
+		g.Expect(again.CACert).To(Equal(ca.CACert))
+		other, err := NewCA(subject, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(store.Save(ctx, again, other)).To(MatchError(ContainSubstring("is create-only")))
+		g.Expect(api.secret(t, ns, "ca").ResourceVersion).To(Equal(sec.ResourceVersion), "the CA Secret was written")
+
+		leaf, err := ca.IssueServing([]string{"127.0.0.1"}, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		notCA := &CASecretStore{Reader: api.c, Writer: api.c, Key: types.NamespacedName{Namespace: ns, Name: "not-ca"}}
+		g.Expect(api.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-ca"},
+			Data: map[string][]byte{"tls.crt": leaf.Cert, "tls.key": leaf.Key}})).To(Succeed())
+		before := api.secret(t, ns, "not-ca")
+		_, _, err = LoadOrCreateCA(ctx, notCA, subject, time.Now())
+		g.Expect(err).To(MatchError(ContainSubstring("Secret " + ns + "/not-ca holds no valid CA (delete it to have a new one made): the CA certificate is not a CA")))
+		g.Expect(api.secret(t, ns, "not-ca").ResourceVersion).To(Equal(before.ResourceVersion), "a Secret holding no CA was written")
 	})
 }
