@@ -40,10 +40,11 @@ func (c countGets) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // upgradeAPI starts a manager running the MachineUpgrade controller (of a
-// shard no object of the test is in) and returns that controller's own
-// clients, as SetupWithManager takes them, with a count of the GETs of the
-// Secret key any client of the manager sends.
-func upgradeAPI(t *testing.T, key types.NamespacedName) (*setup.ControllerAPI, *atomic.Int64) {
+// shard no object of the test is in; its cache restricted to watch when
+// not empty) and returns that controller's own clients, as
+// SetupWithManager takes them, with a count of the GETs of the Secret key
+// any client of the manager sends.
+func upgradeAPI(t *testing.T, key types.NamespacedName, watch ...string) (*setup.ControllerAPI, *atomic.Int64) {
 	t.Helper()
 	gets := &atomic.Int64{}
 	cfg := rest.CopyConfig(env.Config)
@@ -58,6 +59,7 @@ func upgradeAPI(t *testing.T, key types.NamespacedName) (*setup.ControllerAPI, *
 	o.GitOps.CacheDir = t.TempDir()
 	o.Controllers = []string{"machineupgrade"}
 	o.ShardKey = "bmcca-" + key.Namespace
+	o.WatchNamespaces = watch
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	cv, err := setup.New(ctx, cfg, o)
 	if err != nil {
@@ -126,7 +128,10 @@ func rotate(t *testing.T, key types.NamespacedName) *webhookcert.Bundle {
 // BMCs cost no read of the CA Secret. The Secret it made is labelled so
 // that the shared cache keeps its data (no GET at all); a Secret made by
 // an earlier version, without the label, is read once (the shared cache's
-// LRU keeps it by resourceVersion), not once per connection.
+// LRU keeps it by resourceVersion), not once per connection. A cache that
+// does not watch the Secret's namespace (--watch-namespace) cannot tell
+// whether the CA changed: the Secret is then read at each connection, as
+// before the pool was kept, and the connections still verify.
 func TestBMCCAIsNotReadPerConnection(t *testing.T) {
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
@@ -145,15 +150,16 @@ func TestBMCCAIsNotReadPerConnection(t *testing.T) {
 
 	const n = 20
 	for _, c := range []struct {
-		key  types.NamespacedName
-		want int64
-	}{{labelled, 0}, {unlabelled, 1}} {
-		api, gets := upgradeAPI(t, c.key)
+		key   types.NamespacedName
+		watch []string
+		want  int64
+	}{{labelled, nil, 0}, {unlabelled, nil, 1}, {labelled, []string{"default"}, n}} {
+		api, gets := upgradeAPI(t, c.key, c.watch...)
 		r := &machineupgrade.Reconciler{Client: api.Client, APIReader: api.APIReader, BMCCASecret: c.key}
 		for i := range n {
 			g.Expect(dial(ctx, r, addr)).To(Succeed(), "connection %d", i)
 		}
-		g.Expect(gets.Load()).To(Equal(c.want), "GETs of the CA Secret %s for %d connections", c.key, n)
+		g.Expect(gets.Load()).To(Equal(c.want), "GETs of the CA Secret %s for %d connections (cache watching %v)", c.key, n, c.watch)
 	}
 }
 
