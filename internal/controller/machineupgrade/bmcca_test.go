@@ -124,6 +124,21 @@ func rotate(t *testing.T, key types.NamespacedName) *webhookcert.Bundle {
 	return ca
 }
 
+// newBMCCA makes a BMC CA Secret in a new namespace, as the BMC server
+// makes it, and returns its key, the CA and the Secret as created.
+func newBMCCA(t *testing.T) (types.NamespacedName, *webhookcert.Bundle, *corev1.Secret) {
+	t.Helper()
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	key := types.NamespacedName{Namespace: env.NewNamespace(t), Name: "bmc-ca"}
+	ca, created, err := bmc.LoadOrCreateCA(t.Context(), env.Client, env.Client, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(created).To(BeTrue())
+	sec := &corev1.Secret{}
+	g.Expect(env.Client.Get(t.Context(), key, sec)).To(Succeed())
+	return key, ca, sec
+}
+
 // The controller keeps the BMC CA's pool in memory: new connections to the
 // BMCs cost no read of the CA Secret. The Secret it made is labelled so
 // that the shared cache keeps its data (no GET at all); a Secret made by
@@ -133,16 +148,10 @@ func rotate(t *testing.T, key types.NamespacedName) *webhookcert.Bundle {
 // whether the CA changed: the Secret is then read at each connection, as
 // before the pool was kept, and the connections still verify.
 func TestBMCCAIsNotReadPerConnection(t *testing.T) {
-	testenv.Need(t, env)
-	ns := env.NewNamespace(t)
+	labelled, ca, sec := newBMCCA(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	labelled := types.NamespacedName{Namespace: ns, Name: "bmc-ca"}
-	ca, created, err := bmc.LoadOrCreateCA(ctx, env.Client, env.Client, labelled)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(created).To(BeTrue())
-	sec := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, labelled, sec)).To(Succeed())
+	ns := labelled.Namespace
 	g.Expect(sec.Labels).To(HaveKeyWithValue(secretcache.Label, "true"))
 	unlabelled := types.NamespacedName{Namespace: ns, Name: "old-bmc-ca"}
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: unlabelled.Name}, Type: sec.Type, Data: sec.Data})).To(Succeed())
@@ -186,15 +195,9 @@ func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 // trusted as soon as the manager's cache sees the change, without any
 // failure to prompt it.
 func TestBMCCARotationIsPickedUp(t *testing.T) {
-	testenv.Need(t, env)
-	ns := env.NewNamespace(t)
+	key, oldCA, before := newBMCCA(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	key := types.NamespacedName{Namespace: ns, Name: "bmc-ca"}
-	oldCA, _, err := bmc.LoadOrCreateCA(ctx, env.Client, env.Client, key)
-	g.Expect(err).NotTo(HaveOccurred())
-	before := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, key, before)).To(Succeed())
 	oldBMC, oldConns := redfishServer(t, oldCA)
 	api, gets := upgradeAPI(t, key)
 	r := &machineupgrade.Reconciler{Client: api.Client, APIReader: api.APIReader, BMCCASecret: key}
@@ -221,7 +224,7 @@ func TestBMCCARotationIsPickedUp(t *testing.T) {
 	// A certificate of an unknown authority that reading the CA again does
 	// not change is refused after one handshake.
 	c := oldConns.Load()
-	err = dial(ctx, stale, oldBMC)
+	err := dial(ctx, stale, oldBMC)
 	g.Expect(err).To(MatchError(ContainSubstring("x509: certificate signed by unknown authority")), "the old CA is still trusted")
 	g.Expect(oldConns.Load()).To(Equal(c+1), "the handshake was tried again with the same CA")
 	g.Expect(gets.Load()).To(Equal(n+2), "the CA Secret was not read again after the failure")
