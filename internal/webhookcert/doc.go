@@ -13,4 +13,11 @@
 //
 // The certificate is served from memory through tls.Config.GetCertificate,
 // so rotating it never restarts the listener.
+//
+// The virtual BMCs' Redfish certificates (internal/bmc) are its second
+// user: their CA is a Bundle holding the CA alone (NewCA), kept in a
+// create-only CASecretStore through LoadOrCreateCA, and each BMC's serving
+// certificate is issued in memory from it (Bundle.IssueServing) and issued
+// again when Bundle.Check says it no longer covers the BMC's hosts or is
+// close to expiry.
 package webhookcert
