@@ -313,3 +313,53 @@ func TestInjectionWaitsForTheCA(t *testing.T) {
 		}
 	}).Should(Succeed())
 }
+
+// TestIssuerGoneFallsBackToCACrt: the injected Certificate is issued by a
+// CA Issuer, whose CA the bundle adds. When the Issuer is deleted, an
+// IssuerCAUnavailable Warning Event on the object names it (the Issuer
+// watch wakes an object injected before), and the bundle is the
+// Certificate's ca.crt alone: injected into an object created after the
+// deletion too, not left empty.
+func TestIssuerGoneFallsBackToCACrt(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	suffix := strings.ToLower(ns)
+	caCertificate(t, ns, "ca")
+	issuer := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca-issuer"},
+		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}}
+	g.Expect(env.Client.Create(ctx, issuer)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "serving"},
+		Spec: pkiv1alpha1.CertificateSpec{SecretName: "serving", DNSNames: []string{"serving.example"},
+			IssuerRef:  pkiv1alpha1.IssuerReference{Name: issuer.Name},
+			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm}}})).To(Succeed())
+	ca := caOf(t, g, ns, "serving", nil)
+	ref := ns + "/serving"
+	wantBundle := func(u *unstructured.Unstructured) {
+		t.Helper()
+		testenv.Eventually(g, func(g Gomega) {
+			got := injected(t, g, u)
+			g.Expect(got).To(HaveLen(2))
+			for _, b := range got {
+				g.Expect(certs(b)).To(Equal(certs(ca)), "%s %s", u.GetKind(), u.GetName())
+			}
+		}).Should(Succeed())
+	}
+	before := create(t, fmt.Sprintf(webhookYAML, "%[1]s", "%[2]s", "ValidatingWebhookConfiguration", `""`), "issuer-before-"+suffix, ref)
+	wantBundle(before)
+	gone := fmt.Sprintf("Issuer ca-issuer of Certificate %s not found", ref)
+	g.Expect(hasEvent(t, g, before.GetName(), cainjector.IssuerCAUnavailableReason, "")).To(BeFalse(), "no warning while the Issuer exists")
+
+	g.Expect(env.Client.Delete(ctx, issuer)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(hasEvent(t, g, before.GetName(), cainjector.IssuerCAUnavailableReason, gone)).To(BeTrue(), "the Event on the object injected before")
+	}).Should(Succeed())
+	wantBundle(before)
+
+	after := create(t, fmt.Sprintf(webhookYAML, "%[1]s", "%[2]s", "MutatingWebhookConfiguration", `""`), "issuer-after-"+suffix, ref)
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(hasEvent(t, g, after.GetName(), cainjector.IssuerCAUnavailableReason, gone)).To(BeTrue(), "the Event on the object created after")
+	}).Should(Succeed())
+	wantBundle(after)
+}
