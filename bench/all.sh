@@ -25,6 +25,7 @@ LOADBALANCER_ARGS=${LOADBALANCER_ARGS:--services 100 -kills 20 -wrk 5s}
 MACHINES_ARGS=${MACHINES_ARGS:--n 1000 -qemu 5}
 CERTIFICATES_ARGS=${CERTIFICATES_ARGS:--n 1000 -secrets 10000}
 CERTIFICATES_ALL_ARGS=${CERTIFICATES_ALL_ARGS:--n 1000 -secrets 10000 -all-secret-data}
+CERTIFICATES_RSA_ARGS=${CERTIFICATES_RSA_ARGS:--n 1000 -secrets 0 -algorithm RSA}
 DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
 BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
 UPGRADE_ARGS=${UPGRADE_ARGS:--n 100 -max 1,10,25}
@@ -65,6 +66,7 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench machines go run ./bench/machines $MACHINES_ARGS
 	bench certificates go run ./bench/certificates $CERTIFICATES_ARGS
 	bench certificates-all-secrets go run ./bench/certificates $CERTIFICATES_ALL_ARGS
+	bench certificates-rsa go run ./bench/certificates $CERTIFICATES_RSA_ARGS
 	bench dhcp go run ./bench/dhcp $DHCP_ARGS
 	bench bmc go run ./bench/bmc $BMC_ARGS
 	bench upgrade go run ./bench/upgrade $UPGRADE_ARGS

@@ -60,6 +60,7 @@ func main() {
 	exe := flag.String("converge", "", "the converge binary to run (-manager process); empty builds one from this tree as `make build` does")
 	heapProfile := flag.String("heapprofile", "", "save the manager's heap profile (-manager process) to this file when its memory is read")
 	flag.Parse()
+	keyAlgorithm = *alg
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if *mode != "process" && *mode != "in-process" {
@@ -253,13 +254,21 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 	return memory(ctx, env.Client, n, secrets, allData, mgr, heapProfile)
 }
 
+// keyAlgorithm is -algorithm.
+var keyAlgorithm = pkiv1alpha1.ECDSAKeyAlgorithm
+
 // prefix names the BENCH lines: a run with every Secret's data cached is
-// another series.
+// another series, and so is one with another key than ECDSA (RSA: the
+// crypto, not the API budget, dominates the floor).
 func prefix(allData bool) string {
+	p := "certificates"
 	if allData {
-		return "certificates_all_secret_data"
+		p = "certificates_all_secret_data"
 	}
-	return "certificates"
+	if keyAlgorithm != pkiv1alpha1.ECDSAKeyAlgorithm {
+		p += "_" + strings.ToLower(keyAlgorithm)
+	}
+	return p
 }
 
 // memory creates secrets unrelated 10 KiB Secrets, lets the manager's

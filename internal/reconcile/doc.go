@@ -11,7 +11,10 @@
 //     ([EnsureFinalizer], [RemoveFinalizer]), as optimistic-locked patches
 //     that never overwrite the caller's in-memory status;
 //   - watches on kinds known only at run time, started once per kind
-//     ([KindWatcher]: the provider kinds of an API contract).
+//     ([KindWatcher]: the provider kinds of an API contract);
+//   - reading one's own writes from the shared cache ([OwnWrites]): a
+//     reconcile does not act on a cached object older than the controller's
+//     own last write to it, without an uncached read to find out.
 //
 // A reconcile reads its object, takes a patcher, and defers the patch:
 //

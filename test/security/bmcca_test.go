@@ -1,11 +1,7 @@
 package security
 
 import (
-	"crypto/tls"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
+	"github.com/converge-dev/converge/internal/bmc/bmctest"
 	"github.com/converge-dev/converge/internal/setup"
 )
 
@@ -48,22 +45,7 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	leaf, err := served.KeyPair()
 	g.Expect(err).NotTo(HaveOccurred())
-	var mu sync.Mutex
-	var requests []string
-	imp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		requests = append(requests, r.Method+" "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"Members":[{"@odata.id":"/redfish/v1/Systems/m"}]}`))
-	}))
-	imp.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}, MinVersion: tls.VersionTLS12}
-	imp.StartTLS()
-	t.Cleanup(imp.Close)
-	seen := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), requests...)
-	}
+	imp := bmctest.StartImpostor(t, leaf)
 
 	// The trust anchor is out of reach.
 	evilSecret := func(ns string) *corev1.Secret {
@@ -114,7 +96,7 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 		}}
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		if r := seen(); len(r) > 0 {
+		if r := imp.Requests(); len(r) > 0 {
 			StopTrying(fmt.Sprintf("the impostor received requests: %q", r)).Now()
 		}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(u), u)).To(Succeed())
@@ -124,5 +106,5 @@ func TestTenantCannotMakeTheUpgradeTrustAnotherCA(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring("step PowerCycle failed"))
 		g.Expect(c.Message).To(ContainSubstring("the BMC's certificate does not verify against the BMC CA (Secret " + key.String() + ")"))
 	}).WithTimeout(60 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
-	g.Expect(seen()).To(BeEmpty(), "the impostor received the credentials")
+	g.Expect(imp.Requests()).To(BeEmpty(), "the impostor received the credentials")
 }

@@ -6,6 +6,7 @@ package apicount
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -65,38 +66,26 @@ func (c Counts) Minus(o Counts) Counts {
 	return out
 }
 
-// Writes keeps the non-GET, non-LIST, non-WATCH requests on resources (by
-// name, subresources included).
-func (c Counts) Writes(resources ...string) Counts {
-	own := map[string]bool{}
-	for _, r := range resources {
-		own[r] = true
-	}
-	out := Counts{}
-	for k, v := range c {
-		verb, res, _ := strings.Cut(k, " ")
-		name, _, _ := strings.Cut(res, "/")
-		if verb == "GET" || verb == "LIST" || verb == "WATCH" || !own[name] {
-			continue
-		}
-		out[k] = v
-	}
-	return out
-}
+// Writes keeps the requests that change something (every verb but GET,
+// LIST and WATCH) on resources (by name, subresources included).
+func (c Counts) Writes(resources ...string) Counts { return c.filter(isWrite, resources) }
 
 // Reads keeps the GET and LIST requests on resources (by name,
 // subresources included): uncached reads spend a client's budget as writes
 // do.
-func (c Counts) Reads(resources ...string) Counts {
-	own := map[string]bool{}
-	for _, r := range resources {
-		own[r] = true
-	}
+func (c Counts) Reads(resources ...string) Counts { return c.filter(isRead, resources) }
+
+func isRead(verb string) bool  { return verb == "GET" || verb == "LIST" }
+func isWrite(verb string) bool { return !isRead(verb) && verb != "WATCH" }
+
+// filter keeps the requests whose verb passes keep on resources (by name,
+// subresources included).
+func (c Counts) filter(keep func(verb string) bool, resources []string) Counts {
 	out := Counts{}
 	for k, v := range c {
 		verb, res, _ := strings.Cut(k, " ")
 		name, _, _ := strings.Cut(res, "/")
-		if (verb == "GET" || verb == "LIST") && own[name] {
+		if keep(verb) && slices.Contains(resources, name) {
 			out[k] = v
 		}
 	}

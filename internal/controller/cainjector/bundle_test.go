@@ -12,6 +12,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 func testCA(t *testing.T, name string, notAfter time.Time) *x509.Certificate {
@@ -183,4 +185,20 @@ func TestParseRef(t *testing.T) {
 		_, _, err := parseRef(bad)
 		g.Expect(err).To(HaveOccurred(), bad)
 	}
+}
+
+// TestReadError: a read of the issuer or its CA Secret that found nothing
+// is an issuerCAGoneError (an Event, and the ca.crt alone is injected);
+// any other failure is returned for a retry.
+func TestReadError(t *testing.T) {
+	g := NewWithT(t)
+	var gone *issuerCAGoneError
+	notFound := readError(apierrors.NewNotFound(schema.GroupResource{Group: "pki.converge.dev", Resource: "issuers"}, "ca"), "Issuer ca")
+	g.Expect(errors.As(notFound, &gone)).To(BeTrue())
+	g.Expect(notFound.Error()).To(Equal("Issuer ca not found"))
+	timeout := apierrors.NewTimeoutError("the API server did not answer", 1)
+	transient := readError(timeout, "Issuer ca")
+	g.Expect(errors.As(transient, &gone)).To(BeFalse())
+	g.Expect(errors.Is(transient, timeout)).To(BeTrue())
+	g.Expect(transient.Error()).To(HavePrefix("reading Issuer ca: "))
 }

@@ -313,3 +313,71 @@ func TestInjectionWaitsForTheCA(t *testing.T) {
 		}
 	}).Should(Succeed())
 }
+
+// TestIssuerGoneFallsBackToCACrt: the injected Certificate is issued by a
+// CA Issuer, whose CA the bundle adds. When the Issuer's CA Secret is
+// missing, holds no certificate, or the Issuer is deleted, an
+// IssuerCAUnavailable Warning Event on the object names what is gone, and
+// the bundle is the Certificate's ca.crt alone: kept in an object injected
+// before (the Issuer watch wakes it), and injected into objects created
+// after, not left empty. Each case has an object of its own: the event
+// recorder folds Events of one reason about one object into a series that
+// keeps the first message.
+func TestIssuerGoneFallsBackToCACrt(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	suffix := strings.ToLower(ns)
+	caCertificate(t, ns, "ca")
+	issuer := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca-issuer"},
+		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}}
+	g.Expect(env.Client.Create(ctx, issuer)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "serving"},
+		Spec: pkiv1alpha1.CertificateSpec{SecretName: "serving", DNSNames: []string{"serving.example"},
+			IssuerRef:  pkiv1alpha1.IssuerReference{Name: issuer.Name},
+			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm}}})).To(Succeed())
+	ca := caOf(t, g, ns, "serving", nil)
+	ref := ns + "/serving"
+	// warned waits for the Event on u and for u's bundle to be ca.crt.
+	warned := func(u *unstructured.Unstructured, part string) {
+		t.Helper()
+		testenv.Eventually(g, func(g Gomega) {
+			g.Expect(hasEvent(t, g, u.GetName(), cainjector.IssuerCAUnavailableReason, part)).To(BeTrue(), "an Event on %s: %s", u.GetName(), part)
+			got := injected(t, g, u)
+			g.Expect(got).To(HaveLen(2))
+			for _, b := range got {
+				g.Expect(certs(b)).To(Equal(certs(ca)), "the bundle of %s is the ca.crt", u.GetName())
+			}
+		}).Should(Succeed())
+	}
+	target := func(name string) *unstructured.Unstructured {
+		return create(t, fmt.Sprintf(webhookYAML, "%[1]s", "%[2]s", "ValidatingWebhookConfiguration", `""`), name+"-"+suffix, ref)
+	}
+	useSecret := func(name string) {
+		t.Helper()
+		base := issuer.DeepCopy()
+		issuer.Spec.CA.SecretName = name
+		g.Expect(env.Client.Patch(ctx, issuer, client.MergeFrom(base))).To(Succeed())
+	}
+
+	before := target("issuer-before")
+	testenv.Eventually(g, func(g Gomega) {
+		for _, b := range injected(t, g, before) {
+			g.Expect(certs(b)).To(Equal(certs(ca)))
+		}
+	}).Should(Succeed())
+	g.Expect(hasEvent(t, g, before.GetName(), cainjector.IssuerCAUnavailableReason, "")).To(BeFalse(), "no warning while the Issuer's CA is there")
+
+	useSecret("missing")
+	warned(before, fmt.Sprintf("CA Secret %s/missing of Issuer ca-issuer not found", ns))
+
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "empty"},
+		Data: map[string][]byte{"note": []byte("no certificate here")}})).To(Succeed())
+	useSecret("empty")
+	warned(target("issuer-empty"), fmt.Sprintf("CA Secret %s/empty of Issuer ca-issuer holds no certificate", ns))
+
+	g.Expect(env.Client.Delete(ctx, issuer)).To(Succeed())
+	warned(target("issuer-after"), fmt.Sprintf("Issuer ca-issuer of Certificate %s not found", ref))
+	warned(before, "")
+}

@@ -8,7 +8,9 @@
 //
 // The bundle is the ca.crt of the Certificate's Secret, plus, for a
 // Certificate of a built-in CA issuer, the CA that issuer signs with now
-// (so a rotated CA is trusted before the Certificate is reissued from it).
+// (so a rotated CA is trusted before the Certificate is reissued from it;
+// when that issuer or its CA Secret is gone, an IssuerCAUnavailable Warning
+// Event says so and the ca.crt alone is injected).
 // It follows renewals
 // and CA rotation: when the CA changes, the CAs the object trusted before are
 // kept beside the new one for an overlap (Reconciler.Overlap), so that a
@@ -78,6 +80,12 @@ const (
 	// CANotAvailableReason: the Certificate, its Secret or its ca.crt is
 	// missing; the object is left as it is until they exist.
 	CANotAvailableReason = "CANotAvailable"
+	// IssuerCAUnavailableReason: the Certificate names a built-in CA
+	// issuer, but that issuer or its CA Secret is gone (or the Secret holds
+	// no certificate), so the CA it signs with now cannot be added; the
+	// bundle is the Certificate's ca.crt alone, which does not trust a CA
+	// the issuer rotated to until the Certificate is reissued from it.
+	IssuerCAUnavailableReason = "IssuerCAUnavailable"
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;patch
@@ -192,6 +200,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			For(metadataOf(k.gvk), builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(annotated))).
 			Watches(&pkiv1alpha1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kr.forCertificate)).
 			Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(kr.forSecret)).
+			Watches(&pkiv1alpha1.Issuer{}, handler.EnqueueRequestsFromMapFunc(kr.forIssuer)).
+			Watches(&pkiv1alpha1.ClusterIssuer{}, handler.EnqueueRequestsFromMapFunc(kr.forIssuer)).
 			Complete(kr)
 		if err != nil {
 			return fmt.Errorf("setting up CA injection for %s: %w", k.gvk.Kind, err)
@@ -236,6 +246,13 @@ func (r *kindReconciler) forSecret(ctx context.Context, o client.Object) []recon
 	return r.targets(ctx, func(ns, _ string) bool { return clusterCA || ns == o.GetNamespace() })
 }
 
+// forIssuer wakes every target naming a Certificate in the Issuer's
+// namespace, or every target for a ClusterIssuer: its CA is added to the
+// bundle, and when it is deleted (or comes back) the bundle changes.
+func (r *kindReconciler) forIssuer(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.targets(ctx, func(ns, _ string) bool { return o.GetNamespace() == "" || ns == o.GetNamespace() })
+}
+
 func parseRef(v string) (string, string, error) {
 	ns, name, ok := strings.Cut(v, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -260,10 +277,14 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.Recorder.Eventf(u, nil, corev1.EventTypeWarning, InvalidAnnotationReason, "Inject", "%v", err)
 		return reconcile.Result{}, nil // nothing to retry until the annotation changes
 	}
-	caPEM, why := r.caOf(ctx, ns, name)
+	cert, caPEM, why := r.caOf(ctx, ns, name)
 	if why != "" {
 		r.Recorder.Eventf(u, nil, corev1.EventTypeWarning, CANotAvailableReason, "Inject", "%s; the CA bundle is left as it is", why)
 		return reconcile.Result{}, nil // the Certificate and Secret watches wake it
+	}
+	caPEM, err = r.withIssuerCA(ctx, u, cert, caPEM)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	points := r.kind.points(u)
 	if len(points) == 0 {
@@ -343,64 +364,103 @@ func (r *kindReconciler) issuedLeaves(ctx context.Context, ns string) ([]*x509.C
 	return out, nil
 }
 
-// caOf returns the ca.crt of the Certificate's Secret, or why there is none.
-func (r *kindReconciler) caOf(ctx context.Context, ns, name string) ([]byte, string) {
+// caOf returns the Certificate and the ca.crt of its Secret, or why there
+// is none.
+func (r *kindReconciler) caOf(ctx context.Context, ns, name string) (*pkiv1alpha1.Certificate, []byte, string) {
 	cert := &pkiv1alpha1.Certificate{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cert); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Sprintf("Certificate %s/%s not found", ns, name)
+			return nil, nil, fmt.Sprintf("Certificate %s/%s not found", ns, name)
 		}
-		return nil, fmt.Sprintf("reading Certificate %s/%s: %v", ns, name, err)
+		return nil, nil, fmt.Sprintf("reading Certificate %s/%s: %v", ns, name, err)
 	}
 	sec := &corev1.Secret{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: cert.Spec.SecretName}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Sprintf("Secret %s/%s of Certificate %s not found (not issued yet?)", ns, cert.Spec.SecretName, name)
+			return nil, nil, fmt.Sprintf("Secret %s/%s of Certificate %s not found (not issued yet?)", ns, cert.Spec.SecretName, name)
 		}
-		return nil, fmt.Sprintf("reading Secret %s/%s: %v", ns, cert.Spec.SecretName, err)
+		return nil, nil, fmt.Sprintf("reading Secret %s/%s: %v", ns, cert.Spec.SecretName, err)
 	}
 	ca := sec.Data["ca.crt"]
 	if len(ca) == 0 {
-		return nil, fmt.Sprintf("Secret %s/%s of Certificate %s has no ca.crt", ns, cert.Spec.SecretName, name)
+		return nil, nil, fmt.Sprintf("Secret %s/%s of Certificate %s has no ca.crt", ns, cert.Spec.SecretName, name)
 	}
-	if issuerCA := r.issuerCA(ctx, cert); len(issuerCA) > 0 {
-		// The CA the next certificate will chain to, first: it is trusted
-		// before the certificate is reissued from it.
-		ca = encodeBundle(union(parseBundle(issuerCA), parseBundle(ca)))
+	return cert, ca, ""
+}
+
+// withIssuerCA returns ca with the CA the Certificate's built-in CA issuer
+// signs with now added first: it is trusted before the certificate is
+// reissued from it. When that CA is gone for good (the issuer or its CA
+// Secret does not exist, the Secret holds no certificate), a Warning Event
+// on the target says so and ca is returned alone, as before the issuer's CA
+// was added; a read that may succeed when retried returns the error.
+func (r *kindReconciler) withIssuerCA(ctx context.Context, target client.Object, cert *pkiv1alpha1.Certificate, ca []byte) ([]byte, error) {
+	issuerCA, err := r.issuerCA(ctx, cert)
+	var gone *issuerCAGoneError
+	switch {
+	case errors.As(err, &gone):
+		r.Recorder.Eventf(target, nil, corev1.EventTypeWarning, IssuerCAUnavailableReason, "Inject",
+			"%v; the CA bundle is the ca.crt of Certificate %s/%s alone, which trusts a CA the issuer rotated to only once the Certificate is reissued from it",
+			err, cert.Namespace, cert.Name)
+		return ca, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the CA of the issuer of Certificate %s/%s: %w", cert.Namespace, cert.Name, err)
+	case len(issuerCA) == 0:
+		return ca, nil
 	}
-	return ca, ""
+	return encodeBundle(union(parseBundle(issuerCA), parseBundle(ca))), nil
+}
+
+// issuerCAGoneError says why the CA of a Certificate's built-in CA issuer
+// cannot be read until something changes (no retry cures it).
+type issuerCAGoneError struct{ msg string }
+
+func (e *issuerCAGoneError) Error() string { return e.msg }
+
+// readError is a failed read of what: an *issuerCAGoneError when it does
+// not exist, else err with context.
+func readError(err error, what string) error {
+	if apierrors.IsNotFound(err) {
+		return &issuerCAGoneError{msg: what + " not found"}
+	}
+	return fmt.Errorf("reading %s: %w", what, err)
 }
 
 // issuerCA returns the CA a built-in CA issuer of the Certificate signs
 // with now (the ca.crt of its CA Secret, else the last certificate of its
-// tls.crt, as the issuer does), or nil for any other issuer or when it
-// cannot be read (the Secret's ca.crt is then the bundle). Without it, a
+// tls.crt, as the issuer does), or nil for any other issuer. Without it, a
 // Certificate named in the annotation whose CA rotated changes its ca.crt
 // and its certificate in one write, and its server can present the new
-// certificate before the API server trusts the new CA.
-func (r *kindReconciler) issuerCA(ctx context.Context, cert *pkiv1alpha1.Certificate) []byte {
+// certificate before the API server trusts the new CA. When the issuer or
+// its CA is gone the error is an *issuerCAGoneError.
+func (r *kindReconciler) issuerCA(ctx context.Context, cert *pkiv1alpha1.Certificate) ([]byte, error) {
 	if !issuerref.IsBuiltIn(cert.Spec.IssuerRef) {
-		return nil
+		return nil, nil
 	}
+	kind := issuerref.Kind(cert.Spec.IssuerRef)
 	iss, err := issuerref.Get(ctx, r.Client, cert.Namespace, cert.Spec.IssuerRef)
-	if err != nil || iss.GetSpec().CA == nil {
-		return nil
+	if err != nil {
+		return nil, readError(err, fmt.Sprintf("%s %s of Certificate %s/%s", kind, cert.Spec.IssuerRef.Name, cert.Namespace, cert.Name))
+	}
+	if iss.GetSpec().CA == nil {
+		return nil, nil
 	}
 	ns := issuerref.SecretNamespace(iss, r.ClusterResourceNamespace)
 	if ns == "" {
-		return nil
+		return nil, &issuerCAGoneError{msg: fmt.Sprintf("%s %s has no namespace for its CA Secret (no cluster resource namespace is set)", kind, iss.GetName())}
 	}
+	key := types.NamespacedName{Namespace: ns, Name: iss.GetSpec().CA.SecretName}
 	sec := &corev1.Secret{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: iss.GetSpec().CA.SecretName}, sec); err != nil {
-		return nil
+	if err := r.Get(ctx, key, sec); err != nil {
+		return nil, readError(err, fmt.Sprintf("CA Secret %s of %s %s", key, kind, iss.GetName()))
 	}
 	if ca := sec.Data["ca.crt"]; len(ca) > 0 {
-		return ca
+		return ca, nil
 	}
 	if chain := parseBundle(sec.Data[corev1.TLSCertKey]); len(chain) > 0 {
-		return encodeBundle(chain[len(chain)-1:])
+		return encodeBundle(chain[len(chain)-1:]), nil
 	}
-	return nil
+	return nil, &issuerCAGoneError{msg: fmt.Sprintf("CA Secret %s of %s %s holds no certificate (neither ca.crt nor tls.crt)", key, kind, iss.GetName())}
 }
 
 // union returns a, then the certificates of b not in a.

@@ -63,8 +63,9 @@ const (
 // Reconciler reconciles Certificates.
 type Reconciler struct {
 	client.Client
-	// APIReader reads around the cache before an issuance starts, so that a
-	// Secret the cache has not seen yet is not issued twice.
+	// APIReader reads around the cache where a decision must not rest on
+	// the cache alone: before an issuance of an issuer whose requests cost
+	// (ACME, external issuers) starts or ends. See ownWrites.
 	APIReader client.Reader
 	// Recorder emits Events.
 	Recorder events.EventRecorder
@@ -79,6 +80,14 @@ type Reconciler struct {
 	Now func() time.Time
 
 	keys pendingKeys
+	// certWrites and secretWrites hold this controller's last status write
+	// of each Certificate and write of each Secret until the cache shows
+	// them: a reconcile never acts on a cached object older than its own
+	// last write (a second issuance from a status that does not show the
+	// first). With them, an issuance from a ca or selfSigned issuer needs
+	// no uncached read; see docs/certificates.md, "API writes per
+	// issuance".
+	certWrites, secretWrites *creconcile.OwnWrites
 }
 
 // SetupWithManager registers the controller.
@@ -102,6 +111,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	ctx := context.Background() //nolint:forbidigo // index registration has no request context
+	r.certWrites, r.secretWrites = creconcile.NewOwnWrites(0), creconcile.NewOwnWrites(0)
+	for _, t := range []struct {
+		w   *creconcile.OwnWrites
+		obj client.Object
+	}{{r.certWrites, &pkiv1alpha1.Certificate{}}, {r.secretWrites, &corev1.Secret{}}} {
+		if err := t.w.Track(ctx, mgr.GetCache(), t.obj); err != nil {
+			return err
+		}
+	}
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &pkiv1alpha1.Certificate{}, secretNameIndex, func(o client.Object) []string {
 		return []string{o.(*pkiv1alpha1.Certificate).Spec.SecretName}
@@ -188,6 +206,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.keys.forget(req.NamespacedName)
 		return ctrl.Result{}, nil // the requests and the key Secret are owned: garbage collection removes them
 	}
+	if r.certWrites.Behind(req.NamespacedName, &cert) {
+		// The cache has not shown this controller's last status write yet:
+		// whatever this reconcile would decide from it, it decided before.
+		return ctrl.Result{RequeueAfter: staleRequeue}, nil
+	}
 	patcher := creconcile.NewStatusPatcher(r.Client, &cert)
 	s := &scope{cert: &cert, now: r.Now()}
 	defer func() {
@@ -195,8 +218,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return
 		}
 		cert.Status.ObservedGeneration = cert.Generation
+		rv := cert.ResourceVersion
 		if err := patcher.Patch(ctx, &cert); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patching the status: %w", err))
+		} else if cert.ResourceVersion != rv {
+			r.certWrites.Wrote(&cert)
 		}
 	}()
 	return r.reconcileNormal(ctx, s)

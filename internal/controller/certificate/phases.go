@@ -46,6 +46,37 @@ type scope struct {
 	// condition, no request of the next revision) and read the Secret from
 	// the API server to do so.
 	startChecked bool
+	// trustCache: the issuance rests on the cache and this controller's
+	// own-write records, without uncached reads (trustsCache).
+	trustCache bool
+}
+
+// staleRequeue is how soon a reconcile that found the cache behind looks
+// again.
+const staleRequeue = 200 * time.Millisecond
+
+// trustsCache says whether an issuance for c may rest on the cache and the
+// controller's records of its own writes (Reconciler.certWrites and
+// secretWrites) alone, without an uncached read before it starts and before
+// it ends: when c's issuer is a built-in ca or selfSigned one, whose
+// signature costs nothing. The cache can then still be behind a write of
+// another process (a previous leader's last issuance, a Secret created at
+// the same moment as the Certificate); the worst that costs is one
+// signature more, and a Secret is never overwritten from a stale read (its
+// create or update fails, and the reconcile looks again). An ACME order
+// counts against the CA's rate limits and an external issuer's cost is
+// unknown: those issuances read the API server first.
+func (r *Reconciler) trustsCache(ctx context.Context, c *pkiv1alpha1.Certificate) bool {
+	ref := c.Spec.IssuerRef
+	if !issuerref.IsBuiltIn(ref) {
+		return false
+	}
+	iss, err := issuerref.Get(ctx, r.Client, c.Namespace, ref)
+	if err != nil {
+		return false
+	}
+	spec := iss.GetSpec()
+	return spec.CA != nil || spec.SelfSigned != nil
 }
 
 // signerGrace is how long a request of an issuer that signs at once may
@@ -71,6 +102,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	default:
 		s.secret = &sec
 	}
+	var cached client.Object
+	if s.secret != nil {
+		cached = s.secret
+	}
+	if r.secretWrites.Behind(types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.SecretName}, cached) {
+		return staleCache(s), nil // the cache has not shown the Secret this controller just wrote
+	}
 	if s.secret != nil && !owned(c, s.secret) {
 		msg := fmt.Sprintf("Secret %q exists and was not written for this Certificate (its %s annotation does not name it); it is never overwritten: delete it or choose another spec.secretName",
 			c.Spec.SecretName, pkiv1alpha1.CertificateNameAnnotation)
@@ -92,9 +130,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			return ctrl.Result{}, err
 		}
 	}
-	if reason != "" && reason != pkiv1alpha1.RenewingReason && !underway {
-		// Before starting an issuance, look past the cache: it may not
-		// have seen the Secret this controller just wrote.
+	s.trustCache = r.trustsCache(ctx, c)
+	if reason != "" && reason != pkiv1alpha1.RenewingReason && !underway && !s.trustCache {
+		// Before starting an issuance whose request costs, look past the
+		// cache: it may not have seen a Secret another process (a
+		// previous leader) just wrote.
 		var live corev1.Secret
 		switch err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.SecretName}, &live); {
 		case apierrors.IsNotFound(err):
@@ -270,15 +310,20 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		s.wait(pkiv1alpha1.RequestPendingReason, msg)
 		return ctrl.Result{}, nil
 	}
-	// Recording a revision ends the issuance: only from the API server's
-	// latest Certificate. A reconcile that started from a cached Certificate
-	// older than its Issuing condition never saw that condition, so its
-	// status patch could not remove it; the next reconcile would take the
-	// leftover Issuing=True for a new issuance and issue a second time.
-	if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
-		return staleCache(s), nil
-	} else if err != nil {
-		return ctrl.Result{}, err
+	// Recording a revision ends the issuance: only from a Certificate that
+	// shows every status write made so far. A reconcile that started from
+	// a cached Certificate older than its Issuing condition never saw that
+	// condition, so its status patch could not remove it; the next
+	// reconcile would take the leftover Issuing=True for a new issuance and
+	// issue a second time. This controller's own writes are covered by
+	// certWrites (Reconcile); where a second issuance costs, the API
+	// server's latest Certificate is read too.
+	if !s.trustCache {
+		if err := r.ensureCurrent(ctx, c); errors.Is(err, errStaleCache) {
+			return staleCache(s), nil
+		} else if err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	return r.writeSecret(ctx, s, &cr, key, rev)
 }
@@ -388,7 +433,7 @@ func (r *Reconciler) createRequest(ctx context.Context, s *scope, name string, r
 // would only conflict) and looks again shortly.
 func staleCache(s *scope) ctrl.Result {
 	s.skipStatus = true
-	return ctrl.Result{RequeueAfter: 200 * time.Millisecond}
+	return ctrl.Result{RequeueAfter: staleRequeue}
 }
 
 // mayAwaitSigner says whether this reconcile may leave the status as it

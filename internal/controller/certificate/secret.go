@@ -128,7 +128,7 @@ func (r *Reconciler) nextKey(ctx context.Context, s *scope, inMemory bool) (cryp
 	// Secret from the API server; a Certificate older than the API
 	// server's then gives a request name already taken, which is replaced
 	// only after ensureCurrent (issue).
-	if !s.startChecked {
+	if !s.startChecked && !s.trustCache {
 		if err := r.ensureCurrent(ctx, c); err != nil {
 			return nil, "", err
 		}
@@ -234,6 +234,7 @@ func (r *Reconciler) syncSecretMetadata(ctx context.Context, s *scope) error {
 	if err := r.Update(ctx, want, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("updating Secret %s metadata: %w", want.Name, err)
 	}
+	r.secretWrites.Wrote(want)
 	return nil
 }
 
@@ -274,9 +275,16 @@ func (r *Reconciler) writeSecret(ctx context.Context, s *scope, cr *pkiv1alpha1.
 	default:
 		err = r.Update(ctx, sec, client.FieldOwner(FieldManager))
 	}
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		// The cache was behind the Secret (another process wrote it, or
+		// a person): nothing is overwritten; judge it again once the
+		// cache shows it.
+		return staleCache(s), nil
+	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("writing Secret %s: %w", sec.Name, err)
 	}
+	r.secretWrites.Wrote(sec)
 	leaf := chain[0]
 	c.Status.Revision = ptr.To(rev)
 	c.Status.NotBefore, c.Status.NotAfter = ptr.To(metav1.NewTime(leaf.NotBefore)), ptr.To(metav1.NewTime(leaf.NotAfter))

@@ -1,12 +1,7 @@
 package machineupgrade_test
 
 import (
-	"bytes"
 	"fmt"
-	"log"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,47 +15,11 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
+	"github.com/converge-dev/converge/internal/bmc/bmctest"
 	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
-
-// impostor is an HTTPS server with a certificate of its own (httptest's,
-// self-signed, for 127.0.0.1) that records what reaches it.
-type impostor struct {
-	*httptest.Server
-	mu       sync.Mutex
-	requests []string // "METHOD path auth=<header present>"
-	errLog   bytes.Buffer
-}
-
-func (i *impostor) Write(p []byte) (int, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.errLog.Write(p)
-}
-
-func startImpostor(t *testing.T) *impostor {
-	t.Helper()
-	imp := &impostor{}
-	imp.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		imp.mu.Lock()
-		imp.requests = append(imp.requests, r.Method+" "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
-		imp.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte(`{"Members":[{"@odata.id":"/redfish/v1/Systems/x"}]}`))
-	}))
-	imp.Config.ErrorLog = log.New(imp, "", 0)
-	imp.StartTLS()
-	t.Cleanup(imp.Close)
-	return imp
-}
-
-func (i *impostor) seen() (requests []string, errLog string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return append([]string(nil), i.requests...), i.errLog.String()
-}
 
 // A MachineBMC whose published Redfish endpoint is answered by an impostor
 // (another certificate, not issued by the BMC CA) fails the PowerCycle step
@@ -79,7 +38,7 @@ func TestImpostorBMCGetsNothing(t *testing.T) {
 	// manager of this suite made it yet).
 	_, _, err := bmc.LoadOrCreateCA(ctx, env.Client, env.Client, setup.BMCOptions{}.CASecretKey())
 	g.Expect(err).NotTo(HaveOccurred())
-	imp := startImpostor(t)
+	imp := bmctest.StartImpostor(t, nil)
 
 	name := "imp-0"
 	g.Expect(env.Client.Create(ctx, &infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
@@ -114,7 +73,7 @@ func TestImpostorBMCGetsNothing(t *testing.T) {
 	u.Spec.Strategy.MaxAttempts = 1
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
-		if requests, _ := imp.seen(); len(requests) > 0 {
+		if requests := imp.Requests(); len(requests) > 0 {
 			StopTrying(fmt.Sprintf("the impostor received requests (credentials included): %q", requests)).Now()
 		}
 		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
@@ -125,13 +84,11 @@ func TestImpostorBMCGetsNothing(t *testing.T) {
 	g.Expect(stalled).To(ContainSubstring("x509: certificate signed by unknown authority"))
 	g.Expect(u.Status.Machine(name).Step).To(Equal(upgradev1alpha1.StepPowerCycle))
 
-	requests, errLog := imp.seen()
-	g.Expect(requests).To(BeEmpty(), "the impostor received requests (credentials included)")
-	g.Expect(errLog).To(ContainSubstring("TLS handshake error"), "the controller did dial the impostor, and ended the handshake")
+	g.Expect(imp.Requests()).To(BeEmpty(), "the impostor received requests (credentials included)")
+	g.Expect(imp.ErrorLog()).To(ContainSubstring("TLS handshake error"), "the controller did dial the impostor, and ended the handshake")
 	got := &machinev1alpha1.Machine{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(m), got)).To(Succeed())
 	g.Expect(got.EffectivePowerState()).To(Equal(machinev1alpha1.PowerOn), "no reset reached the Machine")
 	time.Sleep(time.Second)
-	requests, _ = imp.seen()
-	g.Expect(requests).To(BeEmpty())
+	g.Expect(imp.Requests()).To(BeEmpty())
 }
