@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -25,12 +26,13 @@ const EventQueueLength = 4096
 // Events on no faster than the recorder's client sends them (the manager's
 // budget). client-go starts one goroutine per Event, which waits for the
 // client's rate limiter: a burst of Events faster than the budget (three
-// per issuance, 1000 issuances in 100 s on a budget of 20 QPS) parked
-// about a thousand goroutines at a time, each with its stack (grown to
-// 16-32 KiB by the request path), about 30 MiB at the peak, which the Go
-// runtime then kept for minutes (bench/README.md, "Memory of the manager,
-// certificates"). Queued here, an Event is its references, reason and
-// formatted note: a few hundred bytes.
+// per issuance, 1000 issuances in 100 s on a budget of 20 QPS) parked up
+// to about a thousand goroutines at a time, each with its own stack: the
+// manager peaked at 133 MiB instead of 115, and the Go runtime kept much
+// of it for minutes (bench/README.md, "Memory of the manager,
+// certificates, 2026-11-27"). Queued here, an Event is its references, reason and
+// formatted note: a few hundred bytes, in a queue that grows with the
+// backlog and is let go when it drains.
 //
 // What reaches the API server is unchanged: the same Event objects, in
 // order, with client-go's series aggregation of repeated Events; only its
@@ -39,9 +41,12 @@ const EventQueueLength = 4096
 type eventGate struct {
 	scheme  *runtime.Scheme
 	limiter flowcontrol.RateLimiter // nil: unlimited
-	queue   chan queuedEvent
-	dropped atomic.Int64
 	log     logr.Logger
+	dropped atomic.Int64
+
+	mu    sync.Mutex
+	queue []queuedEvent // grows with the backlog: an idle gate holds nothing
+	wake  chan struct{} // one pending wake-up for Start
 }
 
 // queuedEvent is one Eventf call, its objects already turned into
@@ -57,7 +62,7 @@ type queuedEvent struct {
 }
 
 func newEventGate(scheme *runtime.Scheme, b Budget) *eventGate {
-	g := &eventGate{scheme: scheme, queue: make(chan queuedEvent, EventQueueLength), log: ctrl.Log.WithName("events")}
+	g := &eventGate{scheme: scheme, wake: make(chan struct{}, 1), log: ctrl.Log.WithName("events")}
 	if !b.Unlimited() {
 		g.limiter = flowcontrol.NewTokenBucketRateLimiter(b.QPS, b.Burst)
 	}
@@ -67,18 +72,55 @@ func newEventGate(scheme *runtime.Scheme, b Budget) *eventGate {
 // Start hands queued Events on until ctx ends (a manager.Runnable).
 func (g *eventGate) Start(ctx context.Context) error {
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e := <-g.queue:
-			if g.limiter != nil {
-				if err := g.limiter.Wait(ctx); err != nil {
-					return nil //nolint:nilerr // the manager is stopping
-				}
+		e, ok := g.pop()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-g.wake:
+				continue
 			}
-			e.send()
+		}
+		if g.limiter != nil {
+			if err := g.limiter.Wait(ctx); err != nil {
+				return nil //nolint:nilerr // the manager is stopping
+			}
+		}
+		e.send()
+	}
+}
+
+// pop takes the oldest queued Event.
+func (g *eventGate) pop() (queuedEvent, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) == 0 {
+		return queuedEvent{}, false
+	}
+	e := g.queue[0]
+	g.queue[0] = queuedEvent{}
+	g.queue = g.queue[1:]
+	if len(g.queue) == 0 {
+		g.queue = nil // the backlog is gone: let its array go too
+	}
+	return e, true
+}
+
+// push queues e unless the queue is full.
+func (g *eventGate) push(e queuedEvent) bool {
+	g.mu.Lock()
+	full := len(g.queue) >= EventQueueLength
+	if !full {
+		g.queue = append(g.queue, e)
+	}
+	g.mu.Unlock()
+	if !full {
+		select {
+		case g.wake <- struct{}{}:
+		default:
 		}
 	}
+	return !full
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: a standby's
@@ -141,9 +183,7 @@ func (r *gatedRecorder) enqueue(regarding, related runtime.Object, annotations m
 			e.related, e.hasRelated = rel, true
 		}
 	}
-	select {
-	case g.queue <- e:
-	default:
+	if !g.push(e) {
 		if n := g.dropped.Add(1); n == 1 || n%1000 == 0 {
 			g.log.Info("Dropping Events: the queue is full", "queue", EventQueueLength, "dropped", n, "reason", reason)
 		}
