@@ -27,12 +27,12 @@ const EventQueueLength = 4096
 // budget). client-go starts one goroutine per Event, which waits for the
 // client's rate limiter: a burst of Events faster than the budget (three
 // per issuance, 1000 issuances in 100 s on a budget of 20 QPS) parked up
-// to about a thousand goroutines at a time, each with its own stack: the
-// manager peaked at 133 MiB instead of 115, and the Go runtime kept much
-// of it for minutes (bench/README.md, "Memory of the manager,
-// certificates, 2026-11-27"). Queued here, an Event is its references, reason and
-// formatted note: a few hundred bytes, in a queue that grows with the
-// backlog and is let go when it drains.
+// to about a thousand goroutines at a time, each with its own stack, and
+// the Go runtime kept what they used for minutes: 122 MiB as read against
+// 115 with the gate (bench/README.md, "Memory of the manager,
+// certificates, 2026-11-27"). Queued here, an Event is its references,
+// reason and formatted note: a few hundred bytes, in a queue that grows
+// with the backlog and is let go when it drains.
 //
 // What reaches the API server is unchanged: the same Event objects, in
 // order, with client-go's series aggregation of repeated Events; only its
