@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/converge-dev/converge/internal/secretcache"
 
@@ -228,13 +229,20 @@ type ControllerAPI struct {
 // its own clients and budget.
 type controllerManager struct {
 	ctrl.Manager
-	api *ControllerAPI
+	api    *ControllerAPI
+	events *eventGate
 }
 
 func (m *controllerManager) GetClient() client.Client    { return m.api.Client }
 func (m *controllerManager) GetAPIReader() client.Reader { return m.api.APIReader }
 func (m *controllerManager) GetConfig() *rest.Config     { return m.api.Config }
 func (m *controllerManager) GetHTTPClient() *http.Client { return m.api.HTTPClient }
+
+// GetEventRecorder returns the manager's recorder behind the event gate
+// (events.go): Events are handed on no faster than they are sent.
+func (m *controllerManager) GetEventRecorder(name string) recorder.EventRecorder {
+	return m.events.recorder(m.Manager.GetEventRecorder(name))
+}
 
 // newControllerAPI builds a controller's clients: writes and uncached reads
 // go out with its own rate limiter and User-Agent; cached reads come from

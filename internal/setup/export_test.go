@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
 // FenceConfig exposes fenceConfig to the external tests.
@@ -11,3 +12,12 @@ func FenceConfig(cfg *rest.Config, f *Fence) { fenceConfig(cfg, f) }
 
 // Renewed exposes renewed to the external tests.
 func (f *Fence) Renewed(t time.Time) { f.renewed(t) }
+
+// EventRecorder is the recorder a controller named name gets from the
+// manager (behind the event gate).
+func (c *Converge) EventRecorder(name string) recorder.EventRecorder {
+	return (&controllerManager{Manager: c.Manager, events: c.events}).GetEventRecorder(name)
+}
+
+// DroppedEvents exposes the event gate's count of dropped Events.
+func (c *Converge) DroppedEvents() int64 { return c.events.DroppedEvents() }

@@ -323,6 +323,8 @@ type Converge struct {
 	// Fence gates every controller write on the leader Lease; nil without
 	// leader election.
 	Fence *Fence
+
+	events *eventGate
 }
 
 // New builds the manager: it validates options, loads (or issues) the webhook
@@ -483,6 +485,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			return nil, err
 		}
 	}
+	// The controllers' Events wait in a bounded queue, not in a goroutine
+	// each (events.go); they are sent with the manager's budget.
+	gate := newEventGate(scheme, o.Budget(""))
+	if err := mgr.Add(gate); err != nil {
+		return nil, err
+	}
 	apis := make(map[string]*ControllerAPI, len(enabled))
 	for _, name := range enabled {
 		api, err := newControllerAPI(mgr, name, o.Budget(name), fence)
@@ -491,11 +499,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 		}
 		apis[name] = api
 		c := controllerByName(name)
-		if err := c.setup(&controllerManager{Manager: mgr, api: api}, o); err != nil {
+		if err := c.setup(&controllerManager{Manager: mgr, api: api, events: gate}, o); err != nil {
 			return nil, fmt.Errorf("setting up controller %s: %w", name, err)
 		}
 	}
-	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled, APIs: apis, Fence: fence}, nil
+	return &Converge{Manager: mgr, Certs: certs, Enabled: enabled, APIs: apis, Fence: fence, events: gate}, nil
 }
 
 // CABundle returns the CA that signed the webhook serving certificate, for
