@@ -1,6 +1,7 @@
 package lbdataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,14 @@ type Proxy struct {
 	// UDPIdle is how long a UDP client's flow lives without traffic
 	// (default 30s, conntrack's UDP timeout).
 	UDPIdle time.Duration
+	// MaxUDPFlows bounds the UDP flows of one VIP:port (default
+	// DefaultMaxUDPFlows). Each flow holds a socket and a goroutine: a
+	// client sending from ever new ports (or a flood of them) would
+	// otherwise run the process out of file descriptors within one idle
+	// timeout. At the bound, a new flow closes the least recently active
+	// eighth of them (their clients' next datagram opens a new flow), as
+	// a full conntrack table makes room by early drop.
+	MaxUDPFlows int
 
 	mu        sync.Mutex
 	listeners map[proxyKey]*proxyListener
@@ -51,6 +60,7 @@ type proxyListener struct {
 	ln       net.Listener   // tcp
 	pc       net.PacketConn // udp
 	udpIdle  time.Duration
+	maxFlows int
 	netns    string
 
 	mu    sync.Mutex
@@ -120,9 +130,12 @@ func (p *Proxy) Close() {
 func (p *Proxy) listen(k proxyKey) (*proxyListener, error) {
 	addr := net.JoinHostPort(k.vip.String(), strconv.Itoa(int(k.port)))
 	l := &proxyListener{key: k, conns: map[net.Conn]struct{}{}, flows: map[string]*udpFlow{},
-		done: make(chan struct{}), udpIdle: p.UDPIdle, netns: p.NetNS}
+		done: make(chan struct{}), udpIdle: p.UDPIdle, maxFlows: p.MaxUDPFlows, netns: p.NetNS}
 	if l.udpIdle == 0 {
 		l.udpIdle = 30 * time.Second
+	}
+	if l.maxFlows <= 0 {
+		l.maxFlows = DefaultMaxUDPFlows
 	}
 	err := netns.Do(l.netns, func() (err error) {
 		if k.proto == "udp" {
@@ -296,6 +309,9 @@ func (l *proxyListener) flow(from net.Addr) *udpFlow {
 		return nil
 	default:
 	}
+	if len(l.flows) >= l.maxFlows {
+		l.evictOldestLocked()
+	}
 	l.flows[key] = f
 	l.mu.Unlock()
 	go func() {
@@ -323,6 +339,40 @@ func (l *proxyListener) dropStaleFlows(eps []netip.AddrPort) {
 			delete(l.flows, k)
 		}
 	}
+}
+
+// DefaultMaxUDPFlows is Proxy.MaxUDPFlows's default.
+const DefaultMaxUDPFlows = 4096
+
+// evictOldestLocked closes the least recently active eighth of the flows
+// (at least one); l.mu is held.
+func (l *proxyListener) evictOldestLocked() {
+	type aged struct {
+		key  string
+		last int64
+	}
+	all := make([]aged, 0, len(l.flows))
+	for k, f := range l.flows {
+		all = append(all, aged{k, f.last.Load()})
+	}
+	slices.SortFunc(all, func(a, b aged) int { return cmp.Compare(a.last, b.last) })
+	for _, a := range all[:max(1, len(all)/8)] {
+		_ = l.flows[a.key].conn.Close()
+		delete(l.flows, a.key)
+	}
+}
+
+// UDPFlows is the number of open UDP flows on vip:port (for tests).
+func (p *Proxy) UDPFlows(vip netip.Addr, port uint16) int {
+	p.mu.Lock()
+	l := p.listeners[proxyKey{vip: vip, proto: "udp", port: port}]
+	p.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.flows)
 }
 
 func (l *proxyListener) expireFlows() {

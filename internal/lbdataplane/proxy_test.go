@@ -171,3 +171,40 @@ func TestProxyFollowsEndpoints(t *testing.T) {
 		t.Fatal("still listening after Set(nil)")
 	}
 }
+
+// TestProxyBoundsUDPFlows: a client sending from ever new ports gets every
+// answer, while the proxy keeps at most MaxUDPFlows flows (sockets) open;
+// without the bound each new port held a socket for the idle timeout, and
+// a fast client ran the process out of file descriptors.
+func TestProxyBoundsUDPFlows(t *testing.T) {
+	_, aUDP := loopbackServers(t, "a")
+	vip := "127.242.0.2"
+	port := freeLoopbackPort(t, vip)
+	target := net.JoinHostPort(vip, strconv.Itoa(int(port)))
+	const bound = 16
+	p := &lbdataplane.Proxy{MaxUDPFlows: bound}
+	t.Cleanup(p.Close)
+	if err := p.Set([]lbdataplane.Service{{Name: "ns/dns", VIP: netip.MustParseAddr(vip), Ports: []lbdataplane.Port{
+		{Protocol: "udp", Port: port, Endpoints: []netip.AddrPort{aUDP}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 * bound {
+		c, err := net.Dial("udp", target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte("q")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		_ = c.Close()
+		if err != nil || string(b[:n]) != "a:q" {
+			t.Fatalf("flow %d: reply %q, %v", i, b[:n], err)
+		}
+		if got := p.UDPFlows(netip.MustParseAddr(vip), port); got > bound {
+			t.Fatalf("after %d flows the proxy holds %d, want at most %d", i+1, got, bound)
+		}
+	}
+}
