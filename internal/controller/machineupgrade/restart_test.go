@@ -132,14 +132,27 @@ func TestManagerKilledInEveryStep(t *testing.T) {
 			se := watchSideEffects(t, ns, "v2", nodes)
 			u := newUpgrade(ns, "kill", "k", 1)
 			u.Spec.Strategy.MaxAttempts = 5
+			// Stop the manager the moment the step shows Running, as a
+			// watch sees every status write: a step that runs within one
+			// reconcile (PostChecks) can start and end between two polls.
+			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+			g.Expect(err).NotTo(HaveOccurred())
+			wctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			uw, err := wc.Watch(wctx, &upgradev1alpha1.MachineUpgradeList{}, client.InNamespace(ns))
+			g.Expect(err).NotTo(HaveOccurred())
+			defer uw.Stop()
 			g.Expect(env.Client.Create(ctx, u)).To(Succeed())
-
-			// Stop the manager the moment the step shows Running.
 			got := &upgradev1alpha1.MachineUpgrade{}
-			g.Eventually(func(g Gomega) {
-				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(u), got)).To(Succeed())
-				g.Expect(running(got, step)).To(BeTrue(), "step %s running; status %+v", step, got.Status)
-			}).WithTimeout(wait).WithPolling(5 * time.Millisecond).Should(Succeed())
+			for seen := false; !seen; {
+				ev, ok := <-uw.ResultChan()
+				if !ok {
+					t.Fatalf("step %s never seen running; last status %+v", step, got.Status)
+				}
+				if o, isUpgrade := ev.Object.(*upgradev1alpha1.MachineUpgrade); isUpgrade && o.Name == u.Name {
+					got, seen = o, running(o, step)
+				}
+			}
 			g.Expect(stop()).To(Succeed())
 			t.Logf("stopped the manager with %s running; status: phase %s, current %q", step, got.Status.Phase, got.Status.CurrentStep)
 
