@@ -95,7 +95,7 @@ func run(ctx context.Context, n, workers, calls int, rtt, redfishFor time.Durati
 		return err
 	}
 	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc"},
-		StringData: map[string]string{"username": "admin", "password": "bench"}}); err != nil {
+		StringData: map[string]string{"username": "admin", "password": "bench-bmc"}}); err != nil {
 		return err
 	}
 
@@ -123,7 +123,7 @@ func run(ctx context.Context, n, workers, calls int, rtt, redfishFor time.Durati
 	one := bmcs[0]
 
 	// IPMI round trips in one session.
-	cl, err := ipmi.Dial(ctx, one.Status.IPMIEndpoint, "admin", "bench", ipmi.CipherSuite17)
+	cl, err := ipmi.Dial(ctx, one.Status.IPMIEndpoint, "admin", "bench-bmc", ipmi.CipherSuite17)
 	if err != nil {
 		return err
 	}
@@ -326,7 +326,7 @@ func ipmitoolRate(ctx context.Context, bmcs []*bmcv1alpha1.MachineBMC, workers, 
 				}
 				h, p, _ := net.SplitHostPort(bmcs[i%len(bmcs)].Status.IPMIEndpoint)
 				out, err := exec.CommandContext(ctx, "ipmitool", "-I", "lanplus", "-C", "17", "-H", h, "-p", p,
-					"-U", "admin", "-P", "bench", "power", "status").CombinedOutput()
+					"-U", "admin", "-P", "bench-bmc", "power", "status").CombinedOutput()
 				if err == nil && !strings.Contains(string(out), "Chassis Power is") {
 					err = fmt.Errorf("ipmitool: %s", out)
 				}
@@ -360,7 +360,7 @@ func redfishLoad(ctx context.Context, b *bmcv1alpha1.MachineBMC, clients int, d 
 		wg.Go(func() {
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-				req.SetBasicAuth("admin", "bench")
+				req.SetBasicAuth("admin", "bench-bmc")
 				t0 := time.Now()
 				rsp, err := hc.Do(req)
 				if err == nil {
@@ -395,7 +395,7 @@ func powerOn(ctx context.Context, c client.Client, bmcs []*bmcv1alpha1.MachineBM
 	for i := range runs {
 		b := bmcs[i%len(bmcs)]
 		key := client.ObjectKey{Namespace: ns, Name: b.Spec.MachineRef.Name}
-		cl, err := ipmi.Dial(ctx, b.Status.IPMIEndpoint, "admin", "bench", ipmi.CipherSuite17)
+		cl, err := ipmi.Dial(ctx, b.Status.IPMIEndpoint, "admin", "bench-bmc", ipmi.CipherSuite17)
 		if err != nil {
 			return nil, err
 		}

@@ -139,7 +139,7 @@ func fleet(ctx context.Context, c client.Client, n int) error {
 				Spec: machinev1alpha1.MachineSpec{Image: "v1", Version: "1", InfrastructureRef: machinev1alpha1.InfrastructureReference{
 					APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: nm}}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: nm + "-bmc"},
-				Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret")}},
+				Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret-bmc")}},
 			&bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: nm}, Spec: bmcv1alpha1.MachineBMCSpec{
 				MachineRef: bmcv1alpha1.LocalObjectReference{Name: nm}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: nm + "-bmc"},
 				Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolRedfish}}},
@@ -259,7 +259,7 @@ func byHand(ctx context.Context, c client.Client, hc *http.Client, nm, image, ve
 	if err != nil {
 		return err
 	}
-	req.SetBasicAuth("admin", "s3cret")
+	req.SetBasicAuth("admin", "s3cret-bmc")
 	req.Header.Set("Content-Type", "application/json")
 	rsp, err := hc.Do(req)
 	if err != nil {

@@ -74,7 +74,9 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf(
 		"controllers to run: '*' for all, 'name' to enable, '-name' to disable (known: %s)", strings.Join(setup.ControllerNames(), ", ")))
 	f.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "only watch these namespaces (default: all)")
-	f.BoolVar(&o.CacheAllSecretData, "cache-all-secret-data", false, "keep every Secret's data in the shared cache (default: only Secrets labelled "+secretcache.Label+" or of at most 1 KiB of data; others are read from the API server when needed)")
+	f.BoolVar(&o.CacheAllSecretData, "cache-all-secret-data", false, "keep every Secret's data in the shared cache (default: only Secrets of at most 1 KiB of data, or labelled "+secretcache.Label+" and of at most 32 KiB, within --secret-cache-max-bytes; others are read from the API server when needed)")
+	o.SecretCacheMaxBytes = secretcache.DefaultBudgetBytes
+	f.Var(sizeFlag{&o.SecretCacheMaxBytes}, "secret-cache-max-bytes", "Secret data the shared cache keeps in all, whatever the Secrets' labels (first come, first kept); Secrets beyond are read from the API server when needed")
 	f.StringVar(&o.ShardKey, "shard-key", "", "serve only objects labelled "+setup.ShardLabel+"=<key>; without it, only objects without that label")
 	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "metrics endpoint address; '0' disables")
 	f.BoolVar(&o.SecureMetrics, "metrics-secure", o.SecureMetrics, "serve metrics over HTTPS with authentication and authorization")

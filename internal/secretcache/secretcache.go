@@ -29,23 +29,43 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Label marks a Secret whose data the shared cache keeps (value "true").
-// Converge sets it on the Secrets it writes; a person may set it on a
-// Secret that Converge reads often (a CA Issuer's key pair, say) to spare
-// even the first read.
+// Label marks a Secret whose data the shared cache keeps (value "true"),
+// within LabelMaxBytes per Secret and the Budget of all kept data. Converge
+// sets it on the Secrets it writes and reads on every reconcile; a person may
+// set it on a Secret that Converge reads often (a CA Issuer's key pair, say)
+// to spare even the first read. It is a hint, not a right: any tenant can
+// set it on its own Secrets, so it never makes the manager keep more than
+// the Budget allows.
 const Label = "converge.dev/cache-data"
 
 // KeepBytes is the data size (keys and values) up to which an unlabelled
-// Secret is cached whole: reading such a Secret costs no request, so a
-// request nobody authenticated (a push webhook's) never makes one.
+// Secret is cached whole (within the Budget): reading such a Secret costs
+// no request, so a request nobody authenticated (a push webhook's) never
+// makes one.
 const KeepBytes = 1024
 
-// Cached reports whether the shared cache keeps s's data.
-func Cached(s *corev1.Secret) bool { return s.Labels[Label] == "true" || size(s.Data) <= KeepBytes }
+// LabelMaxBytes is the data size up to which a Secret labelled Label is
+// cached whole: room for what Converge writes (a TLS key pair of RSA 4096
+// with a chain of several certificates and its CA, a database's connection
+// details, an ACME account key), never a tenant's megabyte blobs.
+const LabelMaxBytes = 32 << 10
+
+// DefaultBudgetBytes bounds the data of all Secrets the shared cache keeps
+// whole: about 6,000 TLS Secrets of 5 KiB, a tenth of the chart's memory
+// limit.
+const DefaultBudgetBytes = 48 << 20
+
+// Cached reports whether s's data is small enough for the shared cache to
+// keep it (before the Budget is consulted).
+func Cached(s *corev1.Secret) bool {
+	n := size(s.Data)
+	return n <= KeepBytes || (s.Labels[Label] == "true" && n <= LabelMaxBytes)
+}
 
 func size(data map[string][]byte) int {
 	n := 0
@@ -55,25 +75,89 @@ func size(data map[string][]byte) int {
 	return n
 }
 
-// Transform strips the data of Secrets not Cached before the informer
-// stores them, with kubectl's last-applied-configuration annotation (a copy
-// of the data when the Secret was applied with kubectl), and the managed
-// fields of every Secret (as the manager's default transform does for other
-// kinds). Other objects pass unchanged.
+// Budget bounds the Secret data the shared cache keeps in all: its
+// Transform keeps a Cached Secret whole only while the data of every Secret
+// it keeps fits in the budget, first come first kept, and strips the rest
+// (they are read through Reader and its LRU, as any large Secret). Forget,
+// called when the informer deletes a Secret, gives its bytes back. It is
+// safe for concurrent use.
+type Budget struct {
+	mu    sync.Mutex
+	max   int
+	used  int
+	sizes map[types.NamespacedName]int
+}
+
+// NewBudget returns a Budget of maxBytes of Secret data (keys and values);
+// maxBytes < 0 means no bound.
+func NewBudget(maxBytes int) *Budget {
+	return &Budget{max: maxBytes, sizes: map[types.NamespacedName]int{}}
+}
+
+// Used is the data kept, in bytes.
+func (b *Budget) Used() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// keep reports whether a Secret of n bytes at key may be kept, and records
+// it; a Secret that may not is forgotten (its earlier version's bytes freed).
+func (b *Budget) keep(key types.NamespacedName, n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prev := b.sizes[key]
+	if b.max >= 0 && b.used-prev+n > b.max {
+		delete(b.sizes, key)
+		b.used -= prev
+		return false
+	}
+	b.sizes[key] = n
+	b.used += n - prev
+	return true
+}
+
+// Forget gives back the bytes of a deleted Secret (obj is a *corev1.Secret
+// or a cache tombstone of one); other objects are ignored.
+func (b *Budget) Forget(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	b.drop(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+}
+
+func (b *Budget) drop(key types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= b.sizes[key]
+	delete(b.sizes, key)
+}
+
+// Transform strips the data of Secrets not Cached, or beyond the Budget,
+// before the informer stores them, with kubectl's last-applied-configuration
+// annotation (a copy of the data when the Secret was applied with kubectl),
+// and the managed fields of every Secret (as the manager's default transform
+// does for other kinds). Other objects pass unchanged.
 //
 // It strips the decoded Secret in place, as client-go allows (a transform
 // sees an object nobody else holds yet), rather than copying it into a new
 // one: one Secret struct allocated per watch event instead of two. It is
 // idempotent: a stripped Secret has no data left to strip.
-func Transform(obj any) (any, error) {
+func (b *Budget) Transform(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {
 		return obj, nil
 	}
 	s.ManagedFields = nil
-	if Cached(s) {
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	if Cached(s) && b.keep(key, len(key.Namespace)+len(key.Name)+size(s.Data)) {
 		return s, nil
 	}
+	b.drop(key) // frees what an earlier version held
 	s.Data, s.StringData = nil, nil
 	delete(s.Annotations, corev1.LastAppliedConfigAnnotation)
 	return s, nil
@@ -171,6 +255,9 @@ type Reader struct {
 	Live client.Reader
 	// Data keeps what Live read.
 	Data *Data
+	// Budget bounds the data the cache keeps whole (informational: its
+	// Transform is the cache's).
+	Budget *Budget
 }
 
 // Get implements client.Reader.
@@ -182,7 +269,7 @@ func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 	if err := r.Cache.Get(ctx, key, s, opts...); err != nil {
 		return err
 	}
-	if s.Labels[Label] == "true" || len(s.Data) > 0 {
+	if len(s.Data) > 0 {
 		return nil // cached whole (a stripped Secret has no data)
 	}
 	if kept, ok := r.Data.get(key, s.ResourceVersion); ok {
@@ -202,7 +289,7 @@ func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 // each controller reads with its own client, so its reads spend its own
 // budget.
 func (r *Reader) With(live client.Reader) *Reader {
-	return &Reader{Cache: r.Cache, Live: live, Data: r.Data}
+	return &Reader{Cache: r.Cache, Live: live, Data: r.Data, Budget: r.Budget}
 }
 
 // List implements client.Reader: a SecretList is read from the API server,

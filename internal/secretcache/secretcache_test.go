@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 )
 
 func secret(name, rv string, size int) *corev1.Secret {
@@ -57,6 +58,7 @@ func TestDataStaysWithinItsBound(t *testing.T) {
 // objects pass as they are.
 func TestTransform(t *testing.T) {
 	g := NewWithT(t)
+	Transform := NewBudget(-1).Transform
 	s := secret("a", "7", KeepBytes)
 	s.Type = corev1.SecretTypeTLS
 	s.Labels = map[string]string{"app": "x"}
@@ -94,4 +96,47 @@ func TestTransform(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	out, _ = Transform(cm)
 	g.Expect(out).To(BeIdenticalTo(cm))
+}
+
+// TestBudgetBoundsWhatALabelKeeps: the label is a hint, not a right. A
+// labelled Secret larger than LabelMaxBytes is stripped (a tenant's
+// megabyte blob); labelled and small Secrets are kept only while all kept
+// data fits the Budget, first come first kept; an update is counted once (its
+// new size replaces the old), a Secret that grows past the bound frees what
+// it held, and a deletion (or a relist's tombstone) gives its bytes back.
+func TestBudgetBoundsWhatALabelKeeps(t *testing.T) {
+	g := NewWithT(t)
+	labelled := func(name, rv string, n int) *corev1.Secret {
+		s := secret(name, rv, n)
+		s.Labels = map[string]string{Label: "true"}
+		return s
+	}
+	kept := func(b *Budget, s *corev1.Secret) bool {
+		out, err := b.Transform(s)
+		g.Expect(err).NotTo(HaveOccurred())
+		return len(out.(*corev1.Secret).Data) > 0
+	}
+	b := NewBudget(-1)
+	g.Expect(kept(b, labelled("blob", "1", 1<<20))).To(BeFalse(), "a labelled 1 MiB Secret was cached whole")
+	g.Expect(kept(b, labelled("edge", "1", LabelMaxBytes-1))).To(BeTrue(), "a labelled Secret of LabelMaxBytes was stripped")
+	g.Expect(kept(b, labelled("over", "1", LabelMaxBytes))).To(BeFalse(), "a labelled Secret over LabelMaxBytes was cached whole")
+	g.Expect(b.Used()).To(Equal(len("ns") + len("edge") + LabelMaxBytes))
+
+	// each Secret below costs 2 ("ns") + 1 (name) + 1 ("k") + 996 = 1000 bytes
+	b = NewBudget(2500)
+	g.Expect(kept(b, labelled("a", "1", 996))).To(BeTrue())
+	g.Expect(kept(b, secret("b", "1", 996))).To(BeTrue(), "a small unlabelled Secret counts and fits")
+	g.Expect(kept(b, labelled("c", "1", 996))).To(BeFalse(), "kept past the budget")
+	g.Expect(b.Used()).To(Equal(2000))
+	g.Expect(kept(b, labelled("a", "2", 996))).To(BeTrue(), "an update of a kept Secret was counted twice")
+	g.Expect(b.Used()).To(Equal(2000))
+	g.Expect(kept(b, labelled("a", "3", 2000))).To(BeFalse(), "a Secret grown past the budget was kept")
+	g.Expect(b.Used()).To(Equal(1000), "the grown Secret's earlier bytes were not freed")
+	g.Expect(kept(b, labelled("c", "2", 996))).To(BeTrue(), "room freed by a grown Secret was not reused")
+	b.Forget(secret("b", "1", 0))
+	g.Expect(b.Used()).To(Equal(1000))
+	b.Forget(toolscache.DeletedFinalStateUnknown{Key: "ns/c", Obj: secret("c", "2", 0)})
+	g.Expect(b.Used()).To(Equal(0), "a relist tombstone did not free its bytes")
+	b.Forget(&corev1.ConfigMap{})
+	g.Expect(kept(b, labelled("d", "1", 996))).To(BeTrue())
 }

@@ -118,3 +118,70 @@ func TestAllSecretDataCanBeCached(t *testing.T) {
 	_, wrapped := cv.Manager.GetCache().(*secretcache.Reader)
 	NewWithT(t).Expect(wrapped).To(BeFalse())
 }
+
+// TestSecretCacheBudgetReachesTheCache: --secret-cache-max-bytes
+// (Options.SecretCacheMaxBytes) bounds what the manager's informer keeps,
+// labels or not: with room for two labelled 30 KiB Secrets, a third is kept
+// as metadata only (and still read whole through the manager's client);
+// deleting a kept one gives its room back, so the third, once updated, is
+// kept. Removing the budget's wiring or its delete handler fails this.
+func TestSecretCacheBudgetReachesTheCache(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	o := setup.DefaultOptions()
+	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
+	o.Webhook.Disabled = true
+	o.SkipControllerNameValidation = true
+	o.GitOps.CacheDir = t.TempDir()
+	o.Controllers = []string{"issuer"}
+	o.WatchNamespaces = []string{env.NewNamespace(t)}
+	ns := o.WatchNamespaces[0]
+	const each = 30 << 10
+	o.SecretCacheMaxBytes = 2*each + 1024
+	cv, err := setup.New(ctx, env.Config, o)
+	g.Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cv.Manager.Start(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	sc, ok := cv.Manager.GetCache().(*secretcache.Reader)
+	g.Expect(ok).To(BeTrue())
+
+	data := strings.Repeat("y", each)
+	mk := func(name string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{secretcache.Label: "true"}},
+			Data: map[string][]byte{"k": []byte(data)}}
+		g.Expect(env.Client.Create(ctx, s)).To(Succeed())
+		return s
+	}
+	cachedWhole := func(g Gomega, name string) bool {
+		s := &corev1.Secret{}
+		g.Expect(sc.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
+		return len(s.Data) > 0
+	}
+	first, second := mk("first"), mk("second")
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(cachedWhole(g, "first")).To(BeTrue())
+		g.Expect(cachedWhole(g, "second")).To(BeTrue())
+	}).Should(Succeed())
+	third := mk("third")
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(cachedWhole(g, "third")).To(BeFalse(), "a labelled Secret past the budget was cached whole")
+	}).Should(Succeed())
+	g.Expect(sc.Budget.Used()).To(BeNumerically("<=", o.SecretCacheMaxBytes))
+	s := &corev1.Secret{}
+	g.Expect(cv.Manager.GetClient().Get(ctx, client.ObjectKeyFromObject(third), s)).To(Succeed())
+	g.Expect(string(s.Data["k"])).To(Equal(data), "a Secret past the budget is still read whole")
+
+	g.Expect(env.Client.Delete(ctx, first)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(sc.Cache.Get(ctx, client.ObjectKeyFromObject(first), &corev1.Secret{})).NotTo(Succeed())
+	}).Should(Succeed())
+	third.Data["k2"] = []byte("z")
+	g.Expect(env.Client.Update(ctx, third)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(cachedWhole(g, "third")).To(BeTrue(), "a deletion did not give its room back")
+	}).Should(Succeed())
+	g.Expect(cachedWhole(g, second.Name)).To(BeTrue())
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,6 +86,12 @@ type Options struct {
 	// others are cached as metadata and read from the API server when a
 	// controller reads them (internal/secretcache).
 	CacheAllSecretData bool
+	// SecretCacheMaxBytes bounds the Secret data the shared cache keeps in
+	// all (secretcache.Budget): Secrets beyond it are cached as metadata and
+	// read from the API server when needed, whatever their labels. 0 is
+	// secretcache.DefaultBudgetBytes; negative means no bound. Ignored with
+	// CacheAllSecretData.
+	SecretCacheMaxBytes int64
 	// ShardKey selects the shard this manager serves (see ShardLabel).
 	ShardKey string
 
@@ -359,6 +367,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 		cfg.QPS, cfg.Burst = mb.QPS, mb.Burst
 	}
 	scheme := Scheme()
+	secretBudget := newSecretBudget(o)
 	mopts := ctrl.Options{
 		Scheme:                  scheme,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
@@ -374,9 +383,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 			BindAddress:   o.MetricsBindAddress,
 			SecureServing: o.SecureMetrics,
 		},
-		Cache:    cacheOptions(o),
+		Cache:    cacheOptions(o, secretBudget),
 		Client:   clientOptions(),
-		NewCache: newCache(o),
+		NewCache: newCache(o, secretBudget),
 	}
 	if o.SkipControllerNameValidation {
 		mopts.Controller.SkipNameValidation = &o.SkipControllerNameValidation
@@ -576,7 +585,7 @@ func leaderElectionID(o Options) string {
 // without them leaves the server's untouched. They were a large part of a
 // cached Certificate or CertificateRequest (bench/README.md, "Memory of the
 // manager, certificates").
-func cacheOptions(o Options) cache.Options {
+func cacheOptions(o Options, secretBudget *secretcache.Budget) cache.Options {
 	co := cache.Options{ByObject: map[client.Object]cache.ByObject{}, DefaultTransform: cache.TransformStripManagedFields()}
 	if len(o.WatchNamespaces) > 0 {
 		co.DefaultNamespaces = map[string]cache.Config{}
@@ -589,7 +598,7 @@ func cacheOptions(o Options) cache.Options {
 		co.ByObject[obj] = cache.ByObject{Label: sel}
 	}
 	if !o.CacheAllSecretData {
-		co.ByObject[&corev1.Secret{}] = cache.ByObject{Transform: secretcache.Transform}
+		co.ByObject[&corev1.Secret{}] = cache.ByObject{Transform: secretBudget.Transform}
 	}
 	if o.DHCPAgent.Image != "" {
 		// Only the agent Deployments, in their namespace.
@@ -601,11 +610,25 @@ func cacheOptions(o Options) cache.Options {
 	return co
 }
 
+// newSecretBudget is the bound of the Secret data the shared cache keeps
+// (--secret-cache-max-bytes).
+func newSecretBudget(o Options) *secretcache.Budget {
+	switch {
+	case o.SecretCacheMaxBytes == 0:
+		return secretcache.NewBudget(secretcache.DefaultBudgetBytes)
+	case o.SecretCacheMaxBytes < 0:
+		return secretcache.NewBudget(-1)
+	default:
+		return secretcache.NewBudget(int(min(o.SecretCacheMaxBytes, math.MaxInt32)))
+	}
+}
+
 // newCache builds the manager's cache: unless every Secret's data is
 // cached (--cache-all-secret-data), a secretcache.Reader around it, so that
 // every Get of a Secret through the manager's cache or any controller's
-// client returns the whole Secret.
-func newCache(o Options) cache.NewCacheFunc {
+// client returns the whole Secret. The Secret informer is made here, so
+// that the Budget hears of every deletion (it gives the bytes back).
+func newCache(o Options, secretBudget *secretcache.Budget) cache.NewCacheFunc {
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		c, err := cache.New(cfg, opts)
 		if err != nil || o.CacheAllSecretData {
@@ -615,7 +638,14 @@ func newCache(o Options) cache.NewCacheFunc {
 		if err != nil {
 			return nil, fmt.Errorf("building the manager's Secret reader: %w", err)
 		}
-		return &secretcache.Reader{Cache: c, Live: live, Data: secretcache.NewData(secretcache.DefaultDataBytes)}, nil
+		inf, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, fmt.Errorf("building the manager's Secret informer: %w", err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: secretBudget.Forget}); err != nil {
+			return nil, fmt.Errorf("watching Secret deletions for the Secret cache's budget: %w", err)
+		}
+		return &secretcache.Reader{Cache: c, Live: live, Data: secretcache.NewData(secretcache.DefaultDataBytes), Budget: secretBudget}, nil
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/internal/install"
+	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/webhookcert"
 )
 
@@ -110,7 +111,7 @@ func TestShardSelector(t *testing.T) {
 
 func TestCacheOptionsShardConvergeKindsOnly(t *testing.T) {
 	g := NewWithT(t)
-	co := cacheOptions(Options{ShardKey: "a", WatchNamespaces: []string{"ns1", "ns2"}})
+	co := cacheOptions(Options{ShardKey: "a", WatchNamespaces: []string{"ns1", "ns2"}}, secretcache.NewBudget(-1))
 	g.Expect(co.DefaultNamespaces).To(HaveLen(2))
 	g.Expect(co.DefaultNamespaces).To(HaveKey("ns1"))
 	g.Expect(co.DefaultNamespaces).To(HaveKey("ns2"))
@@ -127,13 +128,13 @@ func TestCacheOptionsShardConvergeKindsOnly(t *testing.T) {
 			"only Converge kinds are sharded; children carry no shard label")
 		g.Expect(by.Label.String()).To(Equal(ShardSelector("a").String()))
 	}
-	g.Expect(cacheOptions(Options{}).DefaultNamespaces).To(BeEmpty(), "no namespaces: watch all")
+	g.Expect(cacheOptions(Options{}, secretcache.NewBudget(-1)).DefaultNamespaces).To(BeEmpty(), "no namespaces: watch all")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
 	out, err := co.DefaultTransform(cm)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out.(*corev1.ConfigMap).ManagedFields).To(BeNil(), "cached objects carry no managed fields")
 	g.Expect(out.(*corev1.ConfigMap).Name).To(Equal("x"))
-	g.Expect(cacheOptions(Options{CacheAllSecretData: true}).ByObject).NotTo(HaveKey(BeAssignableToTypeOf(&corev1.Secret{})),
+	g.Expect(cacheOptions(Options{CacheAllSecretData: true}, secretcache.NewBudget(-1)).ByObject).NotTo(HaveKey(BeAssignableToTypeOf(&corev1.Secret{})),
 		"--cache-all-secret-data: Secrets cached as controller-runtime caches them")
 
 	// Every Converge kind is sharded, including the ones added after the

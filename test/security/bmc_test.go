@@ -38,7 +38,7 @@ func TestMachineBMCCannotReachAnotherNamespace(t *testing.T) {
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: "target"}}}
 	g.Expect(victim.Client.Create(t.Context(), vm)).To(Succeed())
 	vs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: victim.NS, Name: "target-bmc"},
-		StringData: map[string]string{"username": "admin", "password": "victim"}}
+		StringData: map[string]string{"username": "admin", "password": "victim-pw"}}
 	g.Expect(victim.Client.Create(t.Context(), vs)).To(Succeed())
 
 	u := &unstructured.Unstructured{}
@@ -78,7 +78,7 @@ func TestBMCIgnoresUnauthenticatedCommands(t *testing.T) {
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: "m"}}}
 	g.Expect(tn.Client.Create(t.Context(), m)).To(Succeed())
 	g.Expect(tn.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "m"},
-		StringData: map[string]string{"username": "admin", "password": "pw"}})).To(Succeed())
+		StringData: map[string]string{"username": "admin", "password": "pw-12345"}})).To(Succeed())
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "m"}, Spec: bmcv1alpha1.MachineBMCSpec{
 		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "m"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "m"}}}
 	g.Expect(tn.Client.Create(t.Context(), b)).To(Succeed())
@@ -178,4 +178,39 @@ func TestMachineBMCCannotExposeWithoutServiceRights(t *testing.T) {
 	b := newBMC("out", bmcv1alpha1.ServiceLoadBalancer)
 	b.Namespace = tn.NS
 	g.Expect(tn.Client.Create(ctx, b)).To(Succeed())
+}
+
+// TestBMCRefusesAWeakPassword: a BMC opens a Machine's power to the network,
+// so a tenant's MachineBMC whose Secret holds a one-character password is
+// never served: SecretInvalid names the bound, and no endpoint is published
+// (nothing listens). A password of the minimum length is served.
+func TestBMCRefusesAWeakPassword(t *testing.T) {
+	tn := newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	g.Expect(tn.Client.Create(ctx, &infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "m"}})).To(Succeed())
+	g.Expect(tn.Client.Create(ctx, &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "m"},
+		Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
+			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: "m"}}})).To(Succeed())
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "m"},
+		StringData: map[string]string{"username": "admin", "password": "x"}}
+	g.Expect(tn.Client.Create(ctx, sec)).To(Succeed())
+	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "m"}, Spec: bmcv1alpha1.MachineBMCSpec{
+		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "m"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "m"}}}
+	g.Expect(tn.Client.Create(ctx, b)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(tn.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+		c := testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
+		g.Expect(c.Message).To(ContainSubstring("password is shorter than 8 bytes"))
+		g.Expect(c.ObservedGeneration).To(Equal(b.Generation))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(b.Status.IPMIEndpoint).To(BeEmpty(), "a BMC with a one-character password was published")
+	g.Expect(b.Status.RedfishEndpoint).To(BeEmpty())
+
+	sec.StringData = map[string]string{"password": "8-chars!"}
+	g.Expect(tn.Client.Update(ctx, sec)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(tn.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -25,6 +25,17 @@ import (
 // by anyone. (Reading /metrics is not such a read.)
 func apiReads(t *testing.T) float64 {
 	t.Helper()
+	return apiReadsOf(t, "secrets", "gitrepositories")
+}
+
+// apiReadsOf sums kube-apiserver's apiserver_request_total for GET and LIST
+// on the resources named (plural, lower case), by anyone.
+func apiReadsOf(t *testing.T, resources ...string) float64 {
+	t.Helper()
+	var want []string
+	for _, r := range resources {
+		want = append(want, `resource="`+r+`"`)
+	}
 	raw, err := env.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {
 		t.Fatalf("reading the API server's metrics: %v", err)
@@ -34,7 +45,7 @@ func apiReads(t *testing.T) float64 {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") || !containsAny(l, `resource="secrets"`, `resource="gitrepositories"`) ||
+		if !strings.HasPrefix(l, "apiserver_request_total{") || !containsAny(l, want...) ||
 			!containsAny(l, `verb="GET"`, `verb="LIST"`) {
 			continue
 		}

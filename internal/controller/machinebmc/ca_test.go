@@ -121,7 +121,7 @@ func TestCASurvivesARestart(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", Labels: labels},
 		Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: "m"}}})).To(Succeed())
-	secret(t, ns, "m", "admin", "pw")
+	secret(t, ns, "m", "admin", "pw-12345")
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", Labels: labels}, Spec: bmcv1alpha1.MachineBMCSpec{
 		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "m"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "m"},
 		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolRedfish}}}

@@ -43,7 +43,7 @@ func TestConditionsFollowTheReferences(t *testing.T) {
 		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.SecretAvailableCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
 		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionFalse, bmcv1alpha1.SecretInvalidReason)
 	})
-	s.Data[bmcv1alpha1.PasswordKey] = []byte("pw")
+	s.Data[bmcv1alpha1.PasswordKey] = []byte("pw-12345")
 	NewWithT(t).Expect(env.Client.Update(t.Context(), s)).To(Succeed())
 	b = waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
 		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
@@ -55,7 +55,7 @@ func TestConditionsFollowTheReferences(t *testing.T) {
 	NewWithT(t).Eventually(func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
-		c, err := ipmi.Dial(ctx, ep, "admin", "pw", ipmi.CipherSuite17)
+		c, err := ipmi.Dial(ctx, ep, "admin", "pw-12345", ipmi.CipherSuite17)
 		if err == nil {
 			_ = c.Close(ctx)
 		}
@@ -68,7 +68,7 @@ func TestRedfishOnly(t *testing.T) {
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
 	kwokMachine(t, ns, "r")
-	secret(t, ns, "r", "admin", "pw")
+	secret(t, ns, "r", "admin", "pw-12345")
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r"}, Spec: bmcv1alpha1.MachineBMCSpec{
 		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "r"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "r"},
 		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolRedfish},
@@ -89,15 +89,15 @@ func TestPasswordRotation(t *testing.T) {
 	g := NewWithT(t)
 	s := &corev1.Secret{}
 	g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: b.Namespace, Name: "rot-bmc"}, s)).To(Succeed())
-	s.Data[bmcv1alpha1.PasswordKey] = []byte("r0tated")
+	s.Data[bmcv1alpha1.PasswordKey] = []byte("r0tated-pw")
 	g.Expect(env.Client.Update(t.Context(), s)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		out, err := ipmitool(t, b.Status.IPMIEndpoint, "s3cret", "17", "power", "status")
+		out, err := ipmitool(t, b.Status.IPMIEndpoint, "s3cret-bmc", "17", "power", "status")
 		g.Expect(err).To(HaveOccurred(), "the old password still works: %s", out)
 	}).WithTimeout(wait).Should(Succeed())
-	out, err := ipmitool(t, b.Status.IPMIEndpoint, "r0tated", "17", "power", "status")
+	out, err := ipmitool(t, b.Status.IPMIEndpoint, "r0tated-pw", "17", "power", "status")
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	rsp, _ := rf(t, g, http.MethodGet, b.Status.RedfishEndpoint+"/redfish/v1/Systems", "", nil) // basic auth with s3cret
+	rsp, _ := rf(t, g, http.MethodGet, b.Status.RedfishEndpoint+"/redfish/v1/Systems", "", nil) // basic auth with s3cret-bmc
 	g.Expect(rsp.StatusCode).To(Equal(http.StatusUnauthorized))
 	after := waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
 		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)

@@ -273,6 +273,12 @@ func (r *Reconciler) credentials(ctx context.Context, b *bmcv1alpha1.MachineBMC)
 	return user, password, nil
 }
 
+// MinPasswordBytes is the shortest BMC password served: the BMC is reached
+// over the network (IPMI's RAKP exchange lets anyone who can start a
+// session test guesses offline), so a password of one character would open
+// the Machine's power to the network.
+const MinPasswordBytes = 8
+
 // ValidateCredentials says what is wrong with a user name and password,
 // or "" when IPMI and Redfish can use them.
 func ValidateCredentials(user, password string) string {
@@ -283,6 +289,8 @@ func ValidateCredentials(user, password string) string {
 		return "password is missing or empty"
 	case len(user) > 16:
 		return "username is longer than 16 bytes (IPMI's limit)"
+	case len(password) < MinPasswordBytes:
+		return fmt.Sprintf("password is shorter than %d bytes (choose a longer one: the BMC is reachable from the network)", MinPasswordBytes)
 	case len(password) > 20:
 		return "password is longer than 20 bytes (IPMI v2.0's limit)"
 	}

@@ -54,14 +54,14 @@ func newBMC(t *testing.T, ns, name, machine, secret string) *bmcv1alpha1.Machine
 	return b
 }
 
-// readyBMC makes a Machine, a Secret (admin / s3cret) and a MachineBMC,
+// readyBMC makes a Machine, a Secret (admin / s3cret-bmc) and a MachineBMC,
 // and waits until the BMC is Ready and the Machine is On.
 func readyBMC(t *testing.T, name string) (*bmcv1alpha1.MachineBMC, *machinev1alpha1.Machine) {
 	t.Helper()
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
 	m := kwokMachine(t, ns, name)
-	secret(t, ns, name+"-bmc", "admin", "s3cret")
+	secret(t, ns, name+"-bmc", "admin", "s3cret-bmc")
 	b := newBMC(t, ns, name, name, name+"-bmc")
 	b = waitBMC(t, b, func(g Gomega, b *bmcv1alpha1.MachineBMC) {
 		testenv.HasCondition(g, b.Status.Conditions, bmcv1alpha1.ReadyCondition, metav1.ConditionTrue, bmcv1alpha1.ServingReason)
@@ -109,7 +109,7 @@ func ipmitool(t *testing.T, endpoint, pass, suite string, args ...string) (strin
 
 func mustIpmitool(t *testing.T, endpoint, suite string, args ...string) string {
 	t.Helper()
-	out, err := ipmitool(t, endpoint, "s3cret", suite, args...)
+	out, err := ipmitool(t, endpoint, "s3cret-bmc", suite, args...)
 	if err != nil {
 		t.Fatalf("ipmitool %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -67,12 +67,12 @@ func TestIpmitoolDrivesTheMachine(t *testing.T) {
 			"-u", "admin", "-p", pass, "--session-timeout=5000", arg).CombinedOutput()
 		return string(out), err
 	}
-	out, err := ipmipower("s3cret", "--off")
+	out, err := ipmipower("s3cret-bmc", "--off")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.PowerState).To(Equal(machinev1alpha1.PowerOff))
 	})
-	out, err = ipmipower("s3cret", "--stat")
+	out, err = ipmipower("s3cret-bmc", "--stat")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring(": off"))
 	out, _ = ipmipower("wrong", "--on")

@@ -45,7 +45,7 @@ func TestOnlyTheLeaderServes(t *testing.T) {
 		Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: "m"}}})).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"},
-		StringData: map[string]string{"username": "admin", "password": "pw"}})).To(Succeed())
+		StringData: map[string]string{"username": "admin", "password": "pw-12345"}})).To(Succeed())
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", Labels: labels}, Spec: bmcv1alpha1.MachineBMCSpec{
 		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "m"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "m"},
 		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolIPMI}}}
@@ -62,7 +62,7 @@ func TestOnlyTheLeaderServes(t *testing.T) {
 		ep := cur.Status.IPMIEndpoint
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		c, err := ipmi.Dial(ctx, ep, "admin", "pw", ipmi.CipherSuite17)
+		c, err := ipmi.Dial(ctx, ep, "admin", "pw-12345", ipmi.CipherSuite17)
 		if err != nil {
 			return err
 		}

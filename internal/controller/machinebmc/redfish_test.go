@@ -30,7 +30,7 @@ func rf(t *testing.T, g Gomega, method, url, body string, hdr map[string]string)
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	g.Expect(err).NotTo(HaveOccurred())
-	req.SetBasicAuth("admin", "s3cret")
+	req.SetBasicAuth("admin", "s3cret-bmc")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -51,7 +51,7 @@ func TestRedfishDrivesTheMachine(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(ep).To(HavePrefix("https://127.0.0.1:"))
 
-	out, err := redfishtool(t, ep, "s3cret", "Systems", "reset", "GracefulShutdown")
+	out, err := redfishtool(t, ep, "s3cret-bmc", "Systems", "reset", "GracefulShutdown")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.PowerState).To(Equal(machinev1alpha1.PowerOff))
@@ -59,18 +59,18 @@ func TestRedfishDrivesTheMachine(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(machineEvents(g, t, m)).To(ContainSubstring("Redfish ComputerSystem.Reset GracefulShutdown from 127.0.0.1 as admin"))
 	}).Should(Succeed())
-	out, err = redfishtool(t, ep, "s3cret", "Systems", "get")
+	out, err = redfishtool(t, ep, "s3cret-bmc", "Systems", "get")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring(`"PowerState": "Off"`))
 
-	out, err = redfishtool(t, ep, "s3cret", "Systems", "setBootOverride", "Once", "Pxe")
+	out, err = redfishtool(t, ep, "s3cret-bmc", "Systems", "setBootOverride", "Once", "Pxe")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	got := waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Spec.BootDevice).To(Equal(machinev1alpha1.BootNetwork))
 	})
 	g.Expect(got.Spec.BootOnce).To(BeTrue())
 
-	out, err = redfishtool(t, ep, "s3cret", "-A", "Session", "Systems", "reset", "On")
+	out, err = redfishtool(t, ep, "s3cret-bmc", "-A", "Session", "Systems", "reset", "On")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.PowerState).To(Equal(machinev1alpha1.PowerOn))
@@ -95,7 +95,7 @@ func TestRedfishDrivesTheMachine(t *testing.T) {
 	g.Expect(body["error"]).To(HaveKeyWithValue("code", "Base.1.8.PreconditionFailed"))
 
 	// Sessions.
-	rsp, _ = rf(t, g, http.MethodPost, ep+"/redfish/v1/SessionService/Sessions", `{"UserName":"admin","Password":"s3cret"}`, nil)
+	rsp, _ = rf(t, g, http.MethodPost, ep+"/redfish/v1/SessionService/Sessions", `{"UserName":"admin","Password":"s3cret-bmc"}`, nil)
 	g.Expect(rsp.StatusCode).To(Equal(http.StatusCreated))
 	token := rsp.Header.Get("X-Auth-Token")
 	rsp, _ = rf(t, g, http.MethodGet, ep+"/redfish/v1/Managers/BMC", "", map[string]string{"X-Auth-Token": token, "Authorization": ""})

@@ -64,7 +64,7 @@ func TestPublishedThroughALoadBalancer(t *testing.T) {
 		Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: "m"}}})).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"},
-		StringData: map[string]string{"username": "admin", "password": "s3cret"}})).To(Succeed())
+		StringData: map[string]string{"username": "admin", "password": "s3cret-bmc"}})).To(Succeed())
 	newServedBMC := func(name string) *bmcv1alpha1.MachineBMC {
 		b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: bmcv1alpha1.MachineBMCSpec{
 			MachineRef: bmcv1alpha1.LocalObjectReference{Name: "m"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "m"},
@@ -133,19 +133,19 @@ func TestPublishedThroughALoadBalancer(t *testing.T) {
 	// A client on the outside network: ipmitool powers the Machine off
 	// through the load balancer, redfishtool reads the system.
 	out, err := netns.Run(ctx, topo.Client, "ipmitool", "-I", "lanplus", "-C", "17", "-H", vip, "-p", "623",
-		"-U", "admin", "-P", "s3cret", "-R", "3", "-N", "2", "chassis", "power", "off")
+		"-U", "admin", "-P", "s3cret-bmc", "-R", "3", "-N", "2", "chassis", "power", "off")
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 	m := &machinev1alpha1.Machine{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "m"}, m)).To(Succeed())
 	g.Expect(m.Spec.PowerState).To(Equal(machinev1alpha1.PowerOff))
-	out, err = netns.Run(ctx, topo.Client, "redfishtool", "-r", vip+":443", "-u", "admin", "-p", "s3cret", "-S", "Always", "-T", "10", "Systems", "get")
+	out, err = netns.Run(ctx, topo.Client, "redfishtool", "-r", vip+":443", "-u", "admin", "-p", "s3cret-bmc", "-S", "Always", "-T", "10", "Systems", "get")
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 	g.Expect(string(out)).To(ContainSubstring(`"PowerState"`))
 	// The certificate names the load balancer's address and verifies with
 	// the published CA bundle: curl --cacert, no -k.
 	bundle := filepath.Join(t.TempDir(), "bmc-ca.pem")
 	g.Expect(os.WriteFile(bundle, []byte(b.Status.RedfishCABundle), 0o600)).To(Succeed())
-	out, err = netns.Run(ctx, topo.Client, "curl", "-sS", "--fail", "--cacert", bundle, "-u", "admin:s3cret", b.Status.RedfishEndpoint+"/redfish/v1/Systems")
+	out, err = netns.Run(ctx, topo.Client, "curl", "-sS", "--fail", "--cacert", bundle, "-u", "admin:s3cret-bmc", b.Status.RedfishEndpoint+"/redfish/v1/Systems")
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 	g.Expect(string(out)).To(ContainSubstring(`"Members@odata.count":1`))
 	out, err = netns.Run(ctx, topo.Client, "ipmitool", "-I", "lanplus", "-C", "17", "-H", vip, "-p", "623",
@@ -179,7 +179,7 @@ func TestPublishedThroughALoadBalancer(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, b)).To(Succeed())
 	g.Eventually(func() error {
 		_, err := netns.Run(ctx, topo.Client, "ipmitool", "-I", "lanplus", "-C", "17", "-H", vip, "-p", "623",
-			"-U", "admin", "-P", "s3cret", "-R", "1", "-N", "1", "chassis", "power", "status")
+			"-U", "admin", "-P", "s3cret-bmc", "-R", "1", "-N", "1", "chassis", "power", "status")
 		return err
 	}).WithTimeout(wait).Should(HaveOccurred(), "the deleted MachineBMC still answers")
 }

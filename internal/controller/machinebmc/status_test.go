@@ -39,7 +39,8 @@ func TestComputeStatus(t *testing.T) {
 			}
 		})
 	}
-	if ValidateCredentials("admin", "012345678901234567890") == "" || ValidateCredentials("", "x") == "" || ValidateCredentials("a", "b") != "" {
+	if ValidateCredentials("admin", "012345678901234567890") == "" || ValidateCredentials("", "x") == "" || ValidateCredentials("a", "b") == "" ||
+		ValidateCredentials("a", "1234567") == "" || ValidateCredentials("a", "12345678") != "" {
 		t.Fatal("ValidateCredentials")
 	}
 }

@@ -43,7 +43,7 @@ func fleet(t *testing.T, ns, pool string, n int) []*machinev1alpha1.Machine {
 		}
 		g.Expect(env.Client.Create(ctx, m)).To(Succeed())
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-bmc"},
-			Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret")}}
+			Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret-bmc")}}
 		g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
 		b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: bmcv1alpha1.MachineBMCSpec{

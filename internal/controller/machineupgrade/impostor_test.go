@@ -51,7 +51,7 @@ func TestImpostorBMCGetsNothing(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx, m)).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-bmc"},
-		Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret")}})).To(Succeed())
+		Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret-bmc")}})).To(Succeed())
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: bmcv1alpha1.MachineBMCSpec{
 			MachineRef:    bmcv1alpha1.LocalObjectReference{Name: name},

@@ -33,14 +33,19 @@ import (
 
 // MachineUpgrade validates MachineUpgrades.
 type MachineUpgrade struct {
-	// Reader reads the other MachineUpgrades and the Machines, uncached
-	// (set by SetupWithManager).
+	// Reader reads the other MachineUpgrades and the Machines: the
+	// manager's cache (set by SetupWithManager), so that an admission
+	// request, which anyone reaching the webhook port can send, never costs
+	// an API read. A MachineUpgrade created in the moment before the cache
+	// sees another is still held by the controller (upgradeoverlap.Blocking
+	// before it starts), so the cache's lag never lets two upgrades of one
+	// Machine progress together.
 	Reader client.Reader
 }
 
 // SetupWithManager registers the webhook with the manager's webhook server.
 func (w MachineUpgrade) SetupWithManager(mgr ctrl.Manager) error {
-	w.Reader = mgr.GetAPIReader()
+	w.Reader = mgr.GetClient()
 	return ctrl.NewWebhookManagedBy(mgr, &upgradev1alpha1.MachineUpgrade{}).WithValidator(w).Complete()
 }
 

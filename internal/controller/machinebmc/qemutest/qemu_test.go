@@ -109,7 +109,7 @@ func TestIpmitoolPowersAQemuVM(t *testing.T) {
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "QemuMachine", Name: "vm"}}}
 	g.Expect(env.Client.Create(ctx, m)).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-bmc"},
-		StringData: map[string]string{"username": "admin", "password": "s3cret"}})).To(Succeed())
+		StringData: map[string]string{"username": "admin", "password": "s3cret-bmc"}})).To(Succeed())
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"}, Spec: bmcv1alpha1.MachineBMCSpec{
 		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "vm"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "vm-bmc"},
 		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolIPMI}}}
@@ -135,7 +135,7 @@ func TestIpmitoolPowersAQemuVM(t *testing.T) {
 	h, p, err := net.SplitHostPort(b.Status.IPMIEndpoint)
 	g.Expect(err).NotTo(HaveOccurred())
 	ipmitool := func(args ...string) string {
-		out, err := exec.CommandContext(ctx, "ipmitool", append([]string{"-I", "lanplus", "-C", "17", "-H", h, "-p", p, "-U", "admin", "-P", "s3cret"}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "ipmitool", append([]string{"-I", "lanplus", "-C", "17", "-H", h, "-p", p, "-U", "admin", "-P", "s3cret-bmc"}, args...)...).CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), string(out))
 		return string(out)
 	}
@@ -192,7 +192,7 @@ func TestVirtualMediaBootsTheImage(t *testing.T) {
 			APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "QemuMachine", Name: "vm"}}}
 	g.Expect(env.Client.Create(ctx, m)).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm-bmc"},
-		StringData: map[string]string{"username": "admin", "password": "s3cret"}})).To(Succeed())
+		StringData: map[string]string{"username": "admin", "password": "s3cret-bmc"}})).To(Succeed())
 	b := &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vm"}, Spec: bmcv1alpha1.MachineBMCSpec{
 		MachineRef: bmcv1alpha1.LocalObjectReference{Name: "vm"}, AuthSecretRef: bmcv1alpha1.LocalObjectReference{Name: "vm-bmc"},
 		Protocols: []bmcv1alpha1.Protocol{bmcv1alpha1.ProtocolRedfish}}}
@@ -211,7 +211,7 @@ func TestVirtualMediaBootsTheImage(t *testing.T) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.Status.RedfishEndpoint+"/redfish/v1/Managers/BMC/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia",
 		strings.NewReader(`{"Image":"http://images.example/busybox.iso","Inserted":true}`))
 	g.Expect(err).NotTo(HaveOccurred())
-	req.SetBasicAuth("admin", "s3cret")
+	req.SetBasicAuth("admin", "s3cret-bmc")
 	rsp, err := hc.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = rsp.Body.Close()

@@ -131,7 +131,7 @@ func qemuFleet(t *testing.T, ns string) {
 		}
 		g.Expect(env.Client.Create(ctx, m)).To(Succeed())
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vm.name + "-bmc"},
-			Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret")}}
+			Data: map[string][]byte{bmcv1alpha1.UsernameKey: []byte("admin"), bmcv1alpha1.PasswordKey: []byte("s3cret-bmc")}}
 		g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
 		g.Expect(env.Client.Create(ctx, &bmcv1alpha1.MachineBMC{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vm.name},
 			Spec: bmcv1alpha1.MachineBMCSpec{
