@@ -72,3 +72,28 @@ func TestMachineNetworkConfigCannotReachAnotherNamespace(t *testing.T) {
 		g.Expect(p.Status.IPv4.Allocated[0].MACAddress).To(Equal("02:00:00:12:30:01"))
 	}).WithTimeout(2 * time.Second).Should(Succeed())
 }
+
+// TestIPPoolWebhookAnswersFromTheCache: 100 AdmissionReviews for an IPPool
+// overlapping another namespace's pool of the same network, posted straight
+// to the webhook port, are refused from the manager's cache: the API server
+// counts no LIST of IPPools per review.
+func TestIPPoolWebhookAnswersFromTheCache(t *testing.T) {
+	a, b := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	spec := dhcpv1alpha1.IPPoolSpec{NetworkName: "secreads", IPv4Config: dhcpv1alpha1.IPv4Config{
+		CIDR: "10.126.0.0/24", ServerIP: "10.126.0.2",
+		Pool: dhcpv1alpha1.AddressRange{Start: "10.126.0.10", End: "10.126.0.20"},
+	}}
+	g.Expect(env.Client.Create(ctx, &dhcpv1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Namespace: a.NS, Name: "lan"}, Spec: spec})).To(Succeed())
+	flood := &dhcpv1alpha1.IPPool{TypeMeta: metav1.TypeMeta{APIVersion: dhcpv1alpha1.GroupVersion.String(), Kind: "IPPool"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: b.NS, Name: "lan"}, Spec: spec}
+	gvk := metav1.GroupVersionKind{Group: dhcpv1alpha1.GroupVersion.Group, Version: dhcpv1alpha1.GroupVersion.Version, Kind: "IPPool"}
+	const path = "/validate-dhcp-converge-dev-v1alpha1-ippool"
+	g.Eventually(func() int { return postReviews(t, path, gvk, "ippools", flood, 1) }).
+		WithTimeout(10 * time.Second).Should(BeZero())
+	before := apiLists(t, "ippools")
+	g.Expect(postReviews(t, path, gvk, "ippools", flood, 100)).To(BeZero(), "an overlapping pool was allowed")
+	after := apiLists(t, "ippools")
+	g.Expect(after-before).To(BeNumerically("<", 5), "100 AdmissionReviews cost %v LISTs of IPPools", after-before)
+}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // lbService creates a LoadBalancer Service as the tenant.
@@ -81,4 +82,31 @@ func TestLoadBalancerPoolsStayWithTheirGrantees(t *testing.T) {
 	for _, as := range pool.Status.Assignments {
 		g.Expect(as.Service.Namespace).To(Equal(a.NS), "tenant b holds %s from a pool granted to a", as.Address)
 	}
+}
+
+// TestPoolWebhookAnswersFromTheCache: 100 AdmissionReviews for an
+// IPAddressPool, posted straight to the webhook port as anyone reaching it
+// can, are answered (overlap with an existing pool refused) from the
+// manager's cache: the API server counts no LIST of IPAddressPools per
+// review (it counted one each when the webhook read past the cache).
+func TestPoolWebhookAnswersFromTheCache(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	existing := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-reads"},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.7.0/29"}}}
+	g.Expect(env.Client.Create(ctx, existing)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), existing) })
+	overlapping := &lbv1alpha1.IPAddressPool{TypeMeta: metav1.TypeMeta{APIVersion: lbv1alpha1.GroupVersion.String(), Kind: "IPAddressPool"},
+		ObjectMeta: metav1.ObjectMeta{Name: "sec-reads-flood"},
+		Spec:       lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.7.4/30"}}}
+	gvk := metav1.GroupVersionKind{Group: lbv1alpha1.GroupVersion.Group, Version: lbv1alpha1.GroupVersion.Version, Kind: "IPAddressPool"}
+	const path = "/validate-lb-converge-dev-v1alpha1-ipaddresspool"
+	// The first review warms the cache (and proves the cache sees the pool).
+	g.Eventually(func() int { return postReviews(t, path, gvk, "ipaddresspools", overlapping, 1) }).
+		WithTimeout(10 * time.Second).Should(BeZero())
+	before := apiLists(t, "ipaddresspools")
+	g.Expect(postReviews(t, path, gvk, "ipaddresspools", overlapping, 100)).To(BeZero(), "an overlapping pool was allowed")
+	after := apiLists(t, "ipaddresspools")
+	g.Expect(after-before).To(BeNumerically("<", 5), "100 AdmissionReviews cost %v LISTs of IPAddressPools", after-before)
 }

@@ -27,13 +27,17 @@ import (
 
 // IPPool validates pools.
 type IPPool struct {
-	// Reader lists the other pools (overlap check); uncached.
+	// Reader lists the other pools (overlap check). It is the manager's
+	// cache: the ippool and dhcp-agent controllers watch every IPPool
+	// already (IPPools are the admin's, so the informer stays small even
+	// without them), so an AdmissionReview, which anyone reaching the
+	// webhook port can post, costs no API request.
 	Reader client.Reader
 }
 
 // SetupWithManager registers the webhook.
 func (w IPPool) SetupWithManager(mgr ctrl.Manager) error {
-	w.Reader = mgr.GetAPIReader()
+	w.Reader = mgr.GetClient()
 	return ctrl.NewWebhookManagedBy(mgr, &dhcpv1alpha1.IPPool{}).WithValidator(w).Complete()
 }
 
