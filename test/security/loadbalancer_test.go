@@ -2,14 +2,17 @@ package security
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
@@ -109,4 +112,62 @@ func TestPoolWebhookAnswersFromTheCache(t *testing.T) {
 	g.Expect(postReviews(t, path, gvk, "ipaddresspools", overlapping, 100)).To(BeZero(), "an overlapping pool was allowed")
 	after := apiLists(t, "ipaddresspools")
 	g.Expect(after-before).To(BeNumerically("<", 5), "100 AdmissionReviews cost %v LISTs of IPAddressPools", after-before)
+}
+
+// TestListenersPerNamespaceAreBounded: a tenant granted a pool cannot grow
+// the agents' data plane without bound. With the chart's default of 256
+// listeners per namespace, a Service of 200 ports gets an address and a
+// second one of 100 does not: LoadBalancerReady False,
+// ListenerLimitExceeded, naming the bound and the namespace, and a Warning
+// Event. Another namespace's Service, assigned after, is untouched.
+func TestListenersPerNamespaceAreBounded(t *testing.T) {
+	attacker, victim := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	for _, p := range []*lbv1alpha1.IPAddressPool{
+		{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + attacker.NS}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.9.0/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{attacker.NS}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + victim.NS}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.9.8/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{victim.NS}}}},
+	} {
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), p) })
+	}
+	many := func(tn *tenant, name string, n int) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false)}}
+		for i := range n {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)}) //nolint:gosec // small
+		}
+		g.Expect(tn.Client.Create(ctx, s)).To(Succeed())
+		return s
+	}
+	many(attacker, "big", 200)
+	g.Eventually(func() string { return lbReason(ctx, attacker, "big") }).WithTimeout(30 * time.Second).
+		ShouldNot(Or(BeEmpty(), Equal(lbv1alpha1.ListenerLimitExceededReason)))
+	more := many(attacker, "more", 100)
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Service{}
+		g.Expect(attacker.Client.Get(ctx, client.ObjectKeyFromObject(more), s)).To(Succeed())
+		c := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(lbv1alpha1.ListenerLimitExceededReason))
+		g.Expect(c.Message).To(And(ContainSubstring(attacker.NS), ContainSubstring("allows 256"), ContainSubstring("300 listeners")))
+		g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(attacker.NS))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", lbv1alpha1.ListenerLimitExceededReason),
+			HaveField("Regarding.Name", "more"))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	pool := &lbv1alpha1.IPAddressPool{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "sec-" + attacker.NS}, pool)).To(Succeed())
+	for _, a := range pool.Status.Assignments {
+		g.Expect(a.Service.Name).NotTo(Equal("more"), "the Service past the bound holds %s", a.Address)
+	}
+	// The victim, in its own namespace, is not counted with the attacker.
+	lbService(t, victim, "web", 80, nil)
+	g.Eventually(func() string { return lbReason(ctx, victim, "web") }).WithTimeout(30 * time.Second).
+		ShouldNot(Or(BeEmpty(), Equal(lbv1alpha1.ListenerLimitExceededReason)))
 }
