@@ -144,7 +144,7 @@ func TestListenersPerNamespaceAreBounded(t *testing.T) {
 	}
 	for _, name := range []string{"big1", "big2"} {
 		many(attacker, name, 100)
-		g.Eventually(func() string { return lbReason(ctx, attacker, name) }).WithTimeout(30 * time.Second).
+		g.Eventually(func() string { return lbReason(ctx, attacker, name) }).WithTimeout(30*time.Second).
 			ShouldNot(Or(BeEmpty(), Equal(lbv1alpha1.ListenerLimitExceededReason)), name)
 	}
 	more := many(attacker, "more", 100)
