@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -183,7 +184,7 @@ func (p *Pool) Dynamic(addr netip.Addr) bool {
 
 // StaticOK says why addr may not be given as a static address ("" when it
 // may): outside the CIDR, the network or broadcast address, the server or
-// the router.
+// the router, or excluded.
 func (p *Pool) StaticOK(addr netip.Addr) string {
 	switch {
 	case !addr.Is4() || !p.CIDR.Contains(addr):
@@ -194,6 +195,8 @@ func (p *Pool) StaticOK(addr netip.Addr) string {
 		return fmt.Sprintf("%s is the DHCP server's address", addr)
 	case p.Router.IsValid() && addr == p.Router:
 		return fmt.Sprintf("%s is the router's address", addr)
+	case p.Exclude[addr]:
+		return fmt.Sprintf("%s is excluded from the pool (spec.ipv4Config.pool.exclude)", addr)
 	}
 	return ""
 }
@@ -252,4 +255,31 @@ func Find(as []dhcpv1alpha1.Allocation, mac string) (dhcpv1alpha1.Allocation, bo
 		return dhcpv1alpha1.Allocation{}, false
 	}
 	return as[i], true
+}
+
+// Claim is one namespace's hold on a MAC address on a network: an
+// allocation of one of its pools.
+type Claim struct {
+	Namespace, Pool string
+	Allocation      dhcpv1alpha1.Allocation
+}
+
+// Before reports whether c was claimed before o: the earlier claimedAt
+// (none counts as earliest: allocations made before claimedAt existed),
+// then the namespace and the pool name, so every reader agrees.
+func (c Claim) Before(o Claim) bool {
+	var ct, ot time.Time
+	if c.Allocation.ClaimedAt != nil {
+		ct = c.Allocation.ClaimedAt.Time
+	}
+	if o.Allocation.ClaimedAt != nil {
+		ot = o.Allocation.ClaimedAt.Time
+	}
+	if !ct.Equal(ot) {
+		return ct.Before(ot)
+	}
+	if c.Namespace != o.Namespace {
+		return c.Namespace < o.Namespace
+	}
+	return c.Pool < o.Pool
 }

@@ -7,6 +7,8 @@
 package lbdataplane
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -32,6 +34,44 @@ var (
 	masqMark  = fmt.Sprintf("0x%08x", masqMarkValue)
 	bothMarks = fmt.Sprintf("0x%08x", masqMarkValue|localMarkValue)
 )
+
+// MaxComment is the longest rule comment Converge gives nftables, which
+// refuses a comment of more than 128 bytes (NFTNL_UDATA_COMMENT_MAXLEN) and
+// with it the whole transaction: every tenant's rules.
+const MaxComment = 127
+
+// Comment is the rule comment naming a Service's port: name (namespace/name,
+// which Kubernetes lets reach 63+1+63 characters) and suffix. It is at most
+// MaxComment bytes whatever the name's length: a name that does not fit is
+// cut and ends with "~" and 10 hex digits of its SHA-256, so two long names
+// sharing a prefix still give different comments. Characters nft cannot
+// take in a quoted comment (a double quote, a backslash, control bytes,
+// non-ASCII) become "_"; Kubernetes names have none, but the table must
+// load anyway.
+func Comment(name, suffix string) string {
+	safe, suffix := printable(name), printable(suffix)
+	if len(suffix) > MaxComment/2 {
+		suffix = suffix[:MaxComment/2]
+	}
+	if c := safe + " " + suffix; len(c) <= MaxComment && safe == name {
+		return c
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := "~" + hex.EncodeToString(sum[:5])
+	keep := MaxComment - len(hash) - 1 - len(suffix)
+	return safe[:min(keep, len(safe))] + hash + " " + suffix
+}
+
+// printable replaces what nft cannot take inside a quoted comment (control
+// bytes, quotes, backslashes, non-ASCII) with "_".
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == '"' || r == '\\' || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, s)
+}
 
 // Service is one virtual IP's listeners.
 type Service struct {
@@ -97,7 +137,7 @@ func Render(svcs []Service) string {
 			if s.Local {
 				mark = bothMarks
 			}
-			fmt.Fprintf(&chains, "\tchain %s {\n\t\tct mark set ct mark | %s comment %q\n", chain, mark, s.Name+" "+p.Protocol+"/"+fmt.Sprint(p.Port))
+			fmt.Fprintf(&chains, "\tchain %s {\n\t\tct mark set ct mark | %s comment %q\n", chain, mark, Comment(s.Name, p.Protocol+"/"+fmt.Sprint(p.Port)))
 			eps := append([]netip.AddrPort(nil), p.Endpoints...)
 			sort.Slice(eps, func(i, j int) bool { return eps[i].Compare(eps[j]) < 0 })
 			if len(eps) == 1 {

@@ -152,6 +152,10 @@ type Options struct {
 	// LBDefaultClass makes the loadbalancer-ipam controller serve
 	// LoadBalancer Services without spec.loadBalancerClass.
 	LBDefaultClass bool
+	// LBMaxListenersPerNamespace bounds the listeners (ports of
+	// LoadBalancer Services holding an address) one namespace may put on
+	// the data plane; 0 is no bound.
+	LBMaxListenersPerNamespace int
 	// SQLInstanceHealthInterval is how often a Ready PostgresInstance or
 	// MariaDBInstance logs in again.
 	SQLInstanceHealthInterval time.Duration
@@ -282,13 +286,14 @@ func DefaultOptions() Options {
 			RenewDeadline: DefaultRenewDeadline,
 			RetryPeriod:   DefaultRetryPeriod,
 		},
-		GracefulShutdownTimeout:   30 * time.Second,
-		BackupDir:                 DefaultBackupDir,
-		GitOps:                    GitOpsOptions{Lockdown: true},
-		DatabaseObserveInterval:   database.DefaultObserveInterval,
-		DatabaseResyncInterval:    database.DefaultResyncInterval,
-		LBDefaultClass:            true,
-		SQLInstanceHealthInterval: time.Minute,
+		GracefulShutdownTimeout:    30 * time.Second,
+		BackupDir:                  DefaultBackupDir,
+		GitOps:                     GitOpsOptions{Lockdown: true},
+		DatabaseObserveInterval:    database.DefaultObserveInterval,
+		DatabaseResyncInterval:     database.DefaultResyncInterval,
+		LBDefaultClass:             true,
+		LBMaxListenersPerNamespace: 256,
+		SQLInstanceHealthInterval:  time.Minute,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,

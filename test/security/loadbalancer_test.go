@@ -2,17 +2,21 @@ package security
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // lbService creates a LoadBalancer Service as the tenant.
@@ -81,4 +85,91 @@ func TestLoadBalancerPoolsStayWithTheirGrantees(t *testing.T) {
 	for _, as := range pool.Status.Assignments {
 		g.Expect(as.Service.Namespace).To(Equal(a.NS), "tenant b holds %s from a pool granted to a", as.Address)
 	}
+}
+
+// TestPoolWebhookAnswersFromTheCache: 100 AdmissionReviews for an
+// IPAddressPool, posted straight to the webhook port as anyone reaching it
+// can, are answered (overlap with an existing pool refused) from the
+// manager's cache: the API server counts no LIST of IPAddressPools per
+// review (it counted one each when the webhook read past the cache).
+func TestPoolWebhookAnswersFromTheCache(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	existing := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-reads"},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.7.0/29"}}}
+	g.Expect(env.Client.Create(ctx, existing)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), existing) })
+	overlapping := &lbv1alpha1.IPAddressPool{TypeMeta: metav1.TypeMeta{APIVersion: lbv1alpha1.GroupVersion.String(), Kind: "IPAddressPool"},
+		ObjectMeta: metav1.ObjectMeta{Name: "sec-reads-flood"},
+		Spec:       lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.7.4/30"}}}
+	gvk := metav1.GroupVersionKind{Group: lbv1alpha1.GroupVersion.Group, Version: lbv1alpha1.GroupVersion.Version, Kind: "IPAddressPool"}
+	const path = "/validate-lb-converge-dev-v1alpha1-ipaddresspool"
+	// The first review warms the cache (and proves the cache sees the pool).
+	g.Eventually(func() int { return postReviews(t, path, gvk, "ipaddresspools", overlapping, 1) }).
+		WithTimeout(10 * time.Second).Should(BeZero())
+	before := apiLists(t, "ipaddresspools")
+	g.Expect(postReviews(t, path, gvk, "ipaddresspools", overlapping, 100)).To(BeZero(), "an overlapping pool was allowed")
+	after := apiLists(t, "ipaddresspools")
+	g.Expect(after-before).To(BeNumerically("<", 5), "100 AdmissionReviews cost %v LISTs of IPAddressPools", after-before)
+}
+
+// TestListenersPerNamespaceAreBounded: a tenant granted a pool cannot grow
+// the agents' data plane without bound. With the chart's default of 256
+// listeners per namespace, two Services of 100 ports get an address and a
+// third one of 100 does not: LoadBalancerReady False,
+// ListenerLimitExceeded, naming the bound and the namespace, and a Warning
+// Event. Another namespace's Service, assigned after, is untouched.
+func TestListenersPerNamespaceAreBounded(t *testing.T) {
+	attacker, victim := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	for _, p := range []*lbv1alpha1.IPAddressPool{
+		{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + attacker.NS}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.9.0/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{attacker.NS}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + victim.NS}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.9.8/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{victim.NS}}}},
+	} {
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), p) })
+	}
+	many := func(tn *tenant, name string, n int) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false)}}
+		for i := range n {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)}) //nolint:gosec // small
+		}
+		g.Expect(tn.Client.Create(ctx, s)).To(Succeed())
+		return s
+	}
+	for _, name := range []string{"big1", "big2"} {
+		many(attacker, name, 100)
+		g.Eventually(func() string { return lbReason(ctx, attacker, name) }).WithTimeout(30*time.Second).
+			ShouldNot(Or(BeEmpty(), Equal(lbv1alpha1.ListenerLimitExceededReason)), name)
+	}
+	more := many(attacker, "more", 100)
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Service{}
+		g.Expect(attacker.Client.Get(ctx, client.ObjectKeyFromObject(more), s)).To(Succeed())
+		c := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(lbv1alpha1.ListenerLimitExceededReason))
+		g.Expect(c.Message).To(And(ContainSubstring(attacker.NS), ContainSubstring("allows 256"), ContainSubstring("300 listeners")))
+		g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(attacker.NS))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", lbv1alpha1.ListenerLimitExceededReason),
+			HaveField("Regarding.Name", "more"))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	pool := &lbv1alpha1.IPAddressPool{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "sec-" + attacker.NS}, pool)).To(Succeed())
+	for _, a := range pool.Status.Assignments {
+		g.Expect(a.Service.Name).NotTo(Equal("more"), "the Service past the bound holds %s", a.Address)
+	}
+	// The victim, in its own namespace, is not counted with the attacker.
+	lbService(t, victim, "web", 80, nil)
+	g.Eventually(func() string { return lbReason(ctx, victim, "web") }).WithTimeout(30 * time.Second).
+		ShouldNot(Or(BeEmpty(), Equal(lbv1alpha1.ListenerLimitExceededReason)))
 }

@@ -36,9 +36,13 @@ const (
 	// serves a NIC's network.
 	PoolNotFoundReason = "PoolNotFound"
 	// AddressUnavailableReason: a static ipAddress is outside the pool's
-	// CIDR, is its server or router address, or is allocated to another
-	// MAC address.
+	// CIDR, is its server or router address, is excluded
+	// (pool.exclude), or is allocated to another MAC address.
 	AddressUnavailableReason = "AddressUnavailable"
+	// MACAddressClaimedReason: a NIC's MAC address already holds an
+	// address on the same network in another namespace, which claimed it
+	// first; a MAC address is served to one namespace per network only.
+	MACAddressClaimedReason = "MACAddressClaimed"
 )
 
 // MachineNetworkConfigFinalizer releases a MachineNetworkConfig's addresses

@@ -143,6 +143,12 @@ type Allocation struct {
 	// static is true for an address the owner asked for (ipAddress).
 	// +optional
 	Static bool `json:"static,omitempty"`
+	// claimedAt is when the MAC address was first allocated an address
+	// here. A MAC address belongs to one namespace per network: the first
+	// claim wins (earliest claimedAt, then namespace and pool name), and a
+	// later one is refused (MACAddressClaimed).
+	// +optional
+	ClaimedAt *metav1.Time `json:"claimedAt,omitempty"`
 }
 
 // IPv4Status is the pool's allocations.

@@ -51,6 +51,11 @@ const (
 	// PoolNotAllowedReason: the pool named by the annotation does not exist
 	// or is not granted to the Service's namespace.
 	PoolNotAllowedReason = "PoolNotAllowed"
+	// ListenerLimitExceededReason: the Service's ports would take its
+	// namespace past the listeners the cluster admin allows per namespace
+	// (--lb-max-listeners-per-namespace); the message names the bound and
+	// the namespace. It gets no address.
+	ListenerLimitExceededReason = "ListenerLimitExceeded"
 	// AddressesAvailableReason: the pool has free addresses.
 	AddressesAvailableReason = "AddressesAvailable"
 )

@@ -225,6 +225,11 @@ func buildTable(pools []*dhcpv1alpha1.IPPool, netBootPort int) (*dhcp.Table, *dh
 	})
 	var opts []*dhcp.Options
 	leases := map[string]dhcp.Lease{}
+	// A MAC address is served to one namespace per network: the first
+	// claim (ippool.Claim.Before), whatever order the pools come in, so a
+	// namespace can never take another's MAC address (the ippool
+	// controller refuses later claims; this settles two that raced).
+	claims := map[string]ippool.Claim{}
 	for _, p := range pools {
 		pp, errs := ippool.Parse(&p.Spec, nil)
 		if len(errs) > 0 {
@@ -249,7 +254,13 @@ func buildTable(pools []*dhcpv1alpha1.IPPool, netBootPort int) (*dhcp.Table, *dh
 			if err != nil {
 				continue
 			}
-			leases[a.MACAddress] = dhcp.Lease{IP: ip, Hostname: a.Owner, Options: o}
+			mac := strings.ToLower(a.MACAddress)
+			c := ippool.Claim{Namespace: p.Namespace, Pool: p.Name, Allocation: a}
+			if prev, ok := claims[mac]; ok && !c.Before(prev) {
+				continue
+			}
+			claims[mac] = c
+			leases[mac] = dhcp.Lease{IP: ip, Hostname: a.Owner, Options: o}
 		}
 	}
 	if len(opts) == 0 {

@@ -7,8 +7,10 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -96,24 +98,51 @@ func (r *Reconciler) reconcileNIC(ctx context.Context, m *dhcpv1alpha1.MachineNe
 	pool := pp.obj.DeepCopy()
 	res.status.Pool = pool.Name
 	poolName := pool.Namespace + "/" + pool.Name
+	rival, claimed, err := r.rival(ctx, m.Namespace, nc.NetworkName, nc.MACAddress)
+	if err != nil {
+		return res, err
+	}
 	var got dhcpv1alpha1.Allocation
-	err := r.patchPool(ctx, pool, func(after *dhcpv1alpha1.IPPool, p *ippool.Pool) bool {
+	err = r.patchPool(ctx, pool, func(after *dhcpv1alpha1.IPPool, p *ippool.Pool) bool {
 		got, res.reason, res.message = dhcpv1alpha1.Allocation{}, "", ""
 		as := after.Status.IPv4.Allocated
 		held := ippool.Held(as)
-		if cur, ok := ippool.Find(as, nc.MACAddress); ok {
+		cur, holds := ippool.Find(as, nc.MACAddress)
+		// Another namespace claimed the MAC address on this network first
+		// (or, in a race both won, earlier): never this one's. Its own
+		// allocation, if any, is released below (not kept).
+		if claimed && (!holds || rival.Before(ippool.Claim{Namespace: after.Namespace, Pool: after.Name, Allocation: cur})) {
+			res.reason, res.message = dhcpv1alpha1.MACAddressClaimedReason,
+				fmt.Sprintf("MAC address %s is already claimed on network %q by another namespace; a MAC address is served to one namespace per network (the first claim wins)", nc.MACAddress, nc.NetworkName)
+			return false
+		}
+		var since *metav1.Time
+		if holds {
+			since = cur.ClaimedAt
 			switch {
 			case cur.Owner != m.Name || (cur.OwnerUID != "" && cur.OwnerUID != string(m.UID)):
 				res.reason, res.message = dhcpv1alpha1.AddressUnavailableReason,
 					fmt.Sprintf("MAC address %s already holds %s in IPPool %s for MachineNetworkConfig %s", nc.MACAddress, cur.IP, poolName, cur.Owner)
 				return false
-			case nc.IPAddress == "" || nc.IPAddress == cur.IP:
+			case nc.IPAddress == "":
+				got = cur
+				return false
+			case nc.IPAddress == cur.IP:
+				// A stored static address the pool no longer allows (say,
+				// excluded since) is released, not served.
+				if why := p.StaticOK(netip.MustParseAddr(cur.IP)); why != "" {
+					res.reason, res.message = dhcpv1alpha1.AddressUnavailableReason, fmt.Sprintf("ipAddress %s", why)
+					return false
+				}
 				got = cur
 				return false
 			}
 			// The static address changed: give the old one back first.
 			as = slices.DeleteFunc(as, func(a dhcpv1alpha1.Allocation) bool { return a.MACAddress == nc.MACAddress })
 			delete(held, netip.MustParseAddr(cur.IP))
+		}
+		if since == nil {
+			since = &metav1.Time{Time: time.Now()}
 		}
 		var ip netip.Addr
 		if nc.IPAddress != "" {
@@ -138,7 +167,7 @@ func (r *Reconciler) reconcileNIC(ctx context.Context, m *dhcpv1alpha1.MachineNe
 				return false
 			}
 		}
-		got = dhcpv1alpha1.Allocation{IP: ip.String(), MACAddress: nc.MACAddress, Owner: m.Name, OwnerUID: string(m.UID), Static: nc.IPAddress != ""}
+		got = dhcpv1alpha1.Allocation{IP: ip.String(), MACAddress: nc.MACAddress, Owner: m.Name, OwnerUID: string(m.UID), Static: nc.IPAddress != "", ClaimedAt: since}
 		as = append(as, got)
 		after.Status.IPv4.Allocated = as
 		slices.SortFunc(after.Status.IPv4.Allocated, func(a, b dhcpv1alpha1.Allocation) int {
@@ -151,7 +180,7 @@ func (r *Reconciler) reconcileNIC(ctx context.Context, m *dhcpv1alpha1.MachineNe
 	}
 	if got.IP != "" {
 		res.status.AllocatedIPAddress, res.status.State = got.IP, dhcpv1alpha1.StateAllocated
-	} else if res.reason == dhcpv1alpha1.PoolExhaustedReason || res.reason == dhcpv1alpha1.AddressUnavailableReason {
+	} else if res.reason == dhcpv1alpha1.PoolExhaustedReason || res.reason == dhcpv1alpha1.AddressUnavailableReason || res.reason == dhcpv1alpha1.MACAddressClaimedReason {
 		r.Recorder.Eventf(m, pool, corev1.EventTypeWarning, res.reason, "Allocate", "%s", res.message)
 	}
 	return res, nil

@@ -20,8 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -63,23 +65,56 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
-	// A pool change can unblock configs waiting for an address.
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &dhcpv1alpha1.IPPool{}, networkIndex, //nolint:forbidigo // index registration has no request context
+		func(o client.Object) []string { return []string{o.(*dhcpv1alpha1.IPPool).Spec.NetworkName} }); err != nil {
+		return fmt.Errorf("indexing IPPools by network: %w", err)
+	}
+	// A pool change can unblock configs waiting for an address: in its
+	// namespace, and (a MAC address released) in every namespace with a
+	// pool of the same network.
 	waiting := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list dhcpv1alpha1.MachineNetworkConfigList
-		if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-			return nil
+		namespaces := map[string]bool{o.GetNamespace(): true}
+		if p, ok := o.(*dhcpv1alpha1.IPPool); ok {
+			var same dhcpv1alpha1.IPPoolList
+			if err := r.Client.List(ctx, &same, client.MatchingFields{networkIndex: p.Spec.NetworkName}, client.UnsafeDisableDeepCopy); err == nil {
+				for i := range same.Items {
+					namespaces[same.Items[i].Namespace] = true
+				}
+			}
 		}
 		var out []reconcile.Request
-		for i := range list.Items {
-			if !allocated(&list.Items[i]) {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		for ns := range namespaces {
+			var list dhcpv1alpha1.MachineNetworkConfigList
+			if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+				return nil
+			}
+			for i := range list.Items {
+				if !allocated(&list.Items[i]) || (ns != o.GetNamespace() && holdsMAC(o, &list.Items[i])) {
+					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+				}
 			}
 		}
 		return out
 	})
+	// A pool's spec changed (say, an address excluded): every config of
+	// its namespace decides again, allocated ones included (a static
+	// address the pool no longer gives out is released).
+	respec := handler.Funcs{UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if e.ObjectOld.GetGeneration() == e.ObjectNew.GetGeneration() {
+			return
+		}
+		var list dhcpv1alpha1.MachineNetworkConfigList
+		if err := r.Client.List(ctx, &list, client.InNamespace(e.ObjectNew.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
+			return
+		}
+		for i := range list.Items {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}}
 	if err := ctrl.NewControllerManagedBy(mgr).Named(ControllerName).
 		For(&dhcpv1alpha1.MachineNetworkConfig{}).
 		Watches(&dhcpv1alpha1.IPPool{}, waiting).
+		Watches(&dhcpv1alpha1.IPPool{}, respec).
 		Complete(reconcile.Func(r.reconcileConfig)); err != nil {
 		return err
 	}
@@ -94,6 +129,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(reconcile.Func(r.reconcileMachine))
 }
 
+// holdsMAC reports whether pool o holds an address for one of m's MAC
+// addresses: m, of another namespace, may have lost the MAC address to it
+// (two claims racing).
+func holdsMAC(o client.Object, m *dhcpv1alpha1.MachineNetworkConfig) bool {
+	p, ok := o.(*dhcpv1alpha1.IPPool)
+	if !ok {
+		return false
+	}
+	for _, nc := range m.Spec.NetworkConfigs {
+		if _, held := ippool.Find(p.Status.IPv4.Allocated, nc.MACAddress); held && nc.NetworkName == p.Spec.NetworkName {
+			return true
+		}
+	}
+	return false
+}
+
 func allocated(m *dhcpv1alpha1.MachineNetworkConfig) bool {
 	if m.Status.ObservedGeneration != m.Generation || len(m.Status.NetworkConfigs) != len(m.Spec.NetworkConfigs) {
 		return false
@@ -101,6 +152,34 @@ func allocated(m *dhcpv1alpha1.MachineNetworkConfig) bool {
 	return !slices.ContainsFunc(m.Status.NetworkConfigs, func(s dhcpv1alpha1.NetworkConfigStatus) bool {
 		return s.State != dhcpv1alpha1.StateAllocated
 	})
+}
+
+// networkIndex indexes IPPools by spec.networkName.
+const networkIndex = "spec.networkName"
+
+// rival is the earliest claim of mac on network by a namespace other than
+// ns (from the cache), if any: a MAC address is one namespace's per
+// network, so another namespace's claim keeps it from ns.
+func (r *Reconciler) rival(ctx context.Context, ns, network, mac string) (ippool.Claim, bool, error) {
+	var list dhcpv1alpha1.IPPoolList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{networkIndex: network}, client.UnsafeDisableDeepCopy); err != nil {
+		return ippool.Claim{}, false, fmt.Errorf("listing the IPPools of network %s: %w", network, err)
+	}
+	var best ippool.Claim
+	found := false
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Namespace == ns || p.Spec.NetworkName != network {
+			continue
+		}
+		if a, ok := ippool.Find(p.Status.IPv4.Allocated, mac); ok {
+			c := ippool.Claim{Namespace: p.Namespace, Pool: p.Name, Allocation: a}
+			if !found || c.Before(best) {
+				best, found = c, true
+			}
+		}
+	}
+	return best, found, nil
 }
 
 // parsedPool is a pool with its parsed spec.

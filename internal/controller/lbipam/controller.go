@@ -47,6 +47,11 @@ type Reconciler struct {
 	// DefaultClass makes Converge serve LoadBalancer Services that set no
 	// spec.loadBalancerClass.
 	DefaultClass bool
+	// MaxListenersPerNamespace bounds the listeners (ports of Services
+	// holding an address, counted from the pools' assignments) of one
+	// namespace, so a tenant cannot grow the agents' data plane without
+	// bound; 0 is no bound.
+	MaxListenersPerNamespace int
 }
 
 // Wants reports whether Converge serves the Service (see lbipam.Wants).
@@ -145,6 +150,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.setCondition(ctx, svc, nil, metav1.ConditionFalse, lbv1alpha1.AddressUnavailableReason,
 			fmt.Sprintf("annotation %s: %q is not an IPv4 address", lbv1alpha1.AddressAnnotation, badAddr))
 	}
+	if n := listeners(pools, rq); r.MaxListenersPerNamespace > 0 && n > r.MaxListenersPerNamespace {
+		msg := fmt.Sprintf("namespace %s would have %d listeners (ports of LoadBalancer Services with an address) with this Service's %d; the cluster admin allows %d per namespace (--lb-max-listeners-per-namespace)",
+			rq.Namespace, n, len(rq.Ports), r.MaxListenersPerNamespace)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, lbv1alpha1.ListenerLimitExceededReason, "Allocate", "%s", msg)
+		if err := r.release(ctx, current, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.setCondition(ctx, svc, []corev1.LoadBalancerIngress{}, metav1.ConditionFalse, lbv1alpha1.ListenerLimitExceededReason, msg)
+	}
 	// Keep a valid assignment; update its ports and key in place.
 	for _, h := range current {
 		if !valid(h, rq) {
@@ -221,6 +235,23 @@ func request(svc *corev1.Service, nsLabels map[string]string) (lbipam.Request, s
 		rq.Address = ip
 	}
 	return rq, ""
+}
+
+// listeners counts the listeners rq's namespace would have with rq's
+// ports: every other Service of the namespace holding an assignment counts
+// its ports (once, whichever pools hold it).
+func listeners(pools []lbipam.Pool, rq lbipam.Request) int {
+	n := len(rq.Ports)
+	seen := map[types.UID]bool{rq.UID: true}
+	for i := range pools {
+		for _, a := range pools[i].Obj.Status.Assignments {
+			if a.Service.Namespace == rq.Namespace && !seen[a.Service.UID] {
+				seen[a.Service.UID] = true
+				n += len(a.Ports)
+			}
+		}
+	}
+	return n
 }
 
 // valid reports whether an existing assignment still fits the request.

@@ -2,8 +2,9 @@
 // group: an IPPool whose addresses do not fit its CIDR, that has too many
 // DNS or NTP servers, or that overlaps another pool of the same network
 // (in any namespace) is refused naming the field; a MachineNetworkConfig
-// naming one MAC address or network twice, or a static address that is not
-// an IPv4 address, likewise.
+// naming one MAC address or network twice, a static address that is not
+// an IPv4 address, or one its pool does not give out (excluded, the
+// server's, the router's), likewise.
 package dhcp
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -27,13 +29,17 @@ import (
 
 // IPPool validates pools.
 type IPPool struct {
-	// Reader lists the other pools (overlap check); uncached.
+	// Reader lists the other pools (overlap check). It is the manager's
+	// cache: the ippool and dhcp-agent controllers watch every IPPool
+	// already (IPPools are the admin's, so the informer stays small even
+	// without them), so an AdmissionReview, which anyone reaching the
+	// webhook port can post, costs no API request.
 	Reader client.Reader
 }
 
 // SetupWithManager registers the webhook.
 func (w IPPool) SetupWithManager(mgr ctrl.Manager) error {
-	w.Reader = mgr.GetAPIReader()
+	w.Reader = mgr.GetClient()
 	return ctrl.NewWebhookManagedBy(mgr, &dhcpv1alpha1.IPPool{}).WithValidator(w).Complete()
 }
 
@@ -88,26 +94,80 @@ func overlapping(p *dhcpv1alpha1.IPPool, parsed *ippool.Pool, existing []dhcpv1a
 }
 
 // MachineNetworkConfig validates MachineNetworkConfigs.
-type MachineNetworkConfig struct{}
+type MachineNetworkConfig struct {
+	// Reader reads the IPPools of the config's namespace (a static address
+	// the pool excludes, or that is its server, router, network or
+	// broadcast address, is refused). The manager's cache; nil checks the
+	// spec alone.
+	Reader client.Reader
+}
 
 // SetupWithManager registers the webhook.
 func (w MachineNetworkConfig) SetupWithManager(mgr ctrl.Manager) error {
+	w.Reader = mgr.GetClient()
 	return ctrl.NewWebhookManagedBy(mgr, &dhcpv1alpha1.MachineNetworkConfig{}).WithValidator(w).Complete()
 }
 
 // ValidateCreate checks a new MachineNetworkConfig.
-func (MachineNetworkConfig) ValidateCreate(_ context.Context, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
-	return nil, toStatus("MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
+func (w MachineNetworkConfig) ValidateCreate(ctx context.Context, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
+	return nil, w.validate(ctx, m)
 }
 
-// ValidateUpdate checks a changed MachineNetworkConfig.
-func (MachineNetworkConfig) ValidateUpdate(_ context.Context, _, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
-	return nil, toStatus("MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
+// ValidateUpdate checks a changed MachineNetworkConfig. Its pools are not
+// consulted when the spec is unchanged: a stored config whose static
+// address a pool excluded since is reported by the ippool controller
+// (AddressUnavailable), and its finalizer must still come off.
+func (w MachineNetworkConfig) ValidateUpdate(ctx context.Context, old, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
+	if old != nil && equality.Semantic.DeepEqual(old.Spec, m.Spec) {
+		return nil, toStatus("MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
+	}
+	return nil, w.validate(ctx, m)
 }
 
 // ValidateDelete allows every deletion.
 func (MachineNetworkConfig) ValidateDelete(context.Context, *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
 	return nil, nil
+}
+
+func (w MachineNetworkConfig) validate(ctx context.Context, m *dhcpv1alpha1.MachineNetworkConfig) error {
+	errs := ValidateMNCSpec(&m.Spec, field.NewPath("spec"))
+	if len(errs) == 0 && w.Reader != nil {
+		var list dhcpv1alpha1.IPPoolList
+		if err := w.Reader.List(ctx, &list, client.InNamespace(m.Namespace)); err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("listing IPPools: %w", err))
+		}
+		errs = StaticAllowed(&m.Spec, list.Items, field.NewPath("spec"))
+	}
+	return toStatus("MachineNetworkConfig", m.Name, errs)
+}
+
+// StaticAllowed refuses, naming networkConfigs[i].ipAddress, a static
+// address that a pool of its network (pools: the config's namespace's)
+// whose CIDR holds it does not give out: excluded, its server or router,
+// its network or broadcast address.
+func StaticAllowed(spec *dhcpv1alpha1.MachineNetworkConfigSpec, pools []dhcpv1alpha1.IPPool, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, nc := range spec.NetworkConfigs {
+		ip, err := netip.ParseAddr(nc.IPAddress)
+		if err != nil {
+			continue
+		}
+		for j := range pools {
+			if pools[j].Spec.NetworkName != nc.NetworkName {
+				continue
+			}
+			pp, perrs := ippool.Parse(&pools[j].Spec, nil)
+			if len(perrs) > 0 || !pp.CIDR.Contains(ip) {
+				continue
+			}
+			if why := pp.StaticOK(ip); why != "" {
+				errs = append(errs, field.Invalid(p.Child("networkConfigs").Index(i).Child("ipAddress"), nc.IPAddress,
+					fmt.Sprintf("%s in IPPool %s", why, pools[j].Name)))
+			}
+			break
+		}
+	}
+	return errs
 }
 
 // ValidateMNCSpec checks what the schema cannot: static addresses are IPv4

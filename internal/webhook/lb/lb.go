@@ -25,13 +25,20 @@ import (
 
 // IPAddressPool validates pools.
 type IPAddressPool struct {
-	// Reader lists the other pools (overlap check); uncached is safest.
+	// Reader lists the other pools (overlap check). It is the manager's
+	// cache: the loadbalancer-ipam controller watches every IPAddressPool
+	// already (and without it the informer is a cheap one: pools are few
+	// and the admin's), so an AdmissionReview, which anyone reaching the
+	// webhook port can post, costs no API request. Two pools created in
+	// the same instant can both pass, as they could with an uncached read
+	// (both in flight at once); the cache widens that window by the watch
+	// delay. Pools are the cluster admin's alone.
 	Reader client.Reader
 }
 
 // SetupWithManager registers the webhook.
 func (w IPAddressPool) SetupWithManager(mgr ctrl.Manager) error {
-	w.Reader = mgr.GetAPIReader()
+	w.Reader = mgr.GetClient()
 	return ctrl.NewWebhookManagedBy(mgr, &lbv1alpha1.IPAddressPool{}).WithValidator(w).Complete()
 }
 
