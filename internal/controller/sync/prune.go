@@ -86,7 +86,10 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 // pruneOne deletes one object if it is still this Sync's: labelled for it
 // AND applied by the Sync field manager (labels can be copied; managedFields
 // cannot), and not opted out with converge.dev/prune: disabled. It reports
-// whether it deleted; a vanished or foreign object is dropped silently.
+// whether it deleted; a vanished, opted-out or foreign object is dropped
+// silently. A read that cannot tell whether the Sync applied the object
+// (no managedFields) is an error: the caller keeps the object in the
+// inventory.
 func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1alpha1.Sync, ref gitopsv1alpha1.ObjectRef) (bool, error) {
 	if r.misplaced(ref) {
 		return false, nil
@@ -107,8 +110,17 @@ func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1
 		return false, nil
 	}
 	l := m.Labels
-	if l[gitopsv1alpha1.SyncNameLabel] != sy.Name || l[gitopsv1alpha1.SyncNamespaceLabel] != sy.Namespace || !appliedByUs(m.ManagedFields) {
-		return false, nil
+	if l[gitopsv1alpha1.SyncNameLabel] != sy.Name || l[gitopsv1alpha1.SyncNamespaceLabel] != sy.Namespace {
+		return false, nil // relabelled: handed to another Sync, or out of GitOps
+	}
+	if len(m.ManagedFields) == 0 {
+		// Every object written since server-side apply has managedFields; a
+		// read without them (a cache that strips them) cannot tell whose the
+		// object is. Hold it: dropping it would orphan it for good.
+		return false, fmt.Errorf("%w: %s", errCannotTell, refString(ref))
+	}
+	if !appliedByUs(m.ManagedFields) {
+		return false, nil // recreated by someone else with the labels copied
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvkOf(ref))
@@ -156,6 +168,10 @@ func (r *Reconciler) misplaced(ref gitopsv1alpha1.ObjectRef) bool {
 	m, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	return err == nil && m.Scope.Name() == meta.RESTScopeNameNamespace
 }
+
+// errCannotTell: the read of an object to prune carried no managedFields,
+// so whether this Sync applied it is unknown; it stays in the inventory.
+var errCannotTell = errors.New("cannot tell whether this Sync applied the object (its read carries no managedFields); kept in the inventory")
 
 func appliedByUs(mfs []metav1.ManagedFieldsEntry) bool {
 	for _, mf := range mfs {
