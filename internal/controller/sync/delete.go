@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,6 +42,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			inventory = nil
 		} else if err != nil {
 			return ctrl.Result{}, err
+		} else if s.st.scanLeaks() {
+			leaked, err := r.leaked(ctx, s, c, nil)
+			if err != nil {
+				s.st.rescanLeaks()
+				return ctrl.Result{}, err
+			}
+			inventory = append(slices.Clone(inventory), leaked...)
 		}
 		var errs []error
 		var kept []gitopsv1alpha1.ObjectRef
