@@ -190,3 +190,36 @@ func TestLeakedObjectsArePruned(t *testing.T) {
 		}).Should(Succeed())
 	})
 }
+
+// TestWaitFailsAtOnceOnAStalledChild: a Sync with wait: true applies a
+// child Sync whose path does not exist; the child is Stalled
+// (PathNotFound), which kstatus reads as Failed. The parent fails well
+// before its 5-minute timeout, naming the child, its reason and its
+// message; while a child is only in progress it waits. Both identity modes.
+func TestWaitFailsAtOnceOnAStalledChild(t *testing.T) {
+	testenv.Need(t, env)
+	t.Parallel()
+	eachMode(t, func(t *testing.T, g Gomega, ns string, m identityMode) {
+		labels := ""
+		for k, v := range m.labels {
+			labels += fmt.Sprintf("\n  labels:\n    %s: %s", k, v)
+		}
+		child := fmt.Sprintf(`apiVersion: gitops.converge.dev/v1alpha1
+kind: Sync
+metadata:
+  name: child%s
+spec:
+  sourceRef: {name: app}
+  path: does-not-exist
+  prune: true
+`, labels)
+		_, _, _ = setupRepoLabelled(t, ns, map[string]string{"parent/child.yaml": child}, m.labels)
+		sy := m.sync(ns, "parent", "parent")
+		sy.Spec.Wait = true
+		sy.Spec.Timeout = &metav1.Duration{Duration: 5 * time.Minute}
+		g.Expect(env.Client.Create(t.Context(), sy)).To(Succeed())
+		c := waitReason(t, g, ns, "parent", gitopsv1alpha1.HealthCheckFailedReason,
+			"Sync.gitops.converge.dev/"+ns+"/child", "Failed ("+gitopsv1alpha1.PathNotFoundReason+")", "does-not-exist")
+		g.Expect(c.Message).NotTo(ContainSubstring("timed out"))
+	})
+}
