@@ -136,6 +136,9 @@ func health(u *unstructured.Unstructured, checks map[schema.GroupVersionKind]hea
 		return true, false, ""
 	}
 	if res.Status == kstatus.CurrentStatus {
+		if waitingForAddress(u) {
+			return false, false, "waiting for a load-balancer address"
+		}
 		return true, false, ""
 	}
 	return false, false, string(res.Status) + ": " + res.Message
@@ -151,4 +154,19 @@ func failedMessage(res *kstatus.Result) string {
 		}
 	}
 	return "Failed: " + res.Message
+}
+
+// waitingForAddress: a LoadBalancer Service without an ingress address.
+// kstatus reads it Current once it has a cluster IP; a Sync waits until
+// it is reachable (with Converge's load balancer: until an agent announces
+// the address and reaches an endpoint through it).
+func waitingForAddress(u *unstructured.Unstructured) bool {
+	if u.GroupVersionKind().GroupKind().String() != "Service" {
+		return false
+	}
+	if t, _, _ := unstructured.NestedString(u.Object, "spec", "type"); t != "LoadBalancer" {
+		return false
+	}
+	ing, _, _ := unstructured.NestedSlice(u.Object, "status", "loadBalancer", "ingress")
+	return len(ing) == 0
 }
