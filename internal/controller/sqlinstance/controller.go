@@ -163,7 +163,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	defer func() {
 		wasReady := base.(sqlInstance).InstanceStatus().Ready
 		computeStatus(s)
-		if retErr == nil {
+		// A terminal error (Stalled) has observed this generation too:
+		// kstatus reads a lagging observedGeneration as InProgress, never
+		// Failed.
+		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			inst.InstanceStatus().ObservedGeneration = inst.GetGeneration()
 		}
 		st := inst.InstanceStatus()
