@@ -355,10 +355,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	base := d.DeepCopy()
 	defer func() {
 		computeStatus(s)
-		// A terminal error (Stalled) has observed this generation too:
-		// kstatus reads a lagging observedGeneration as InProgress, never
-		// Failed.
-		if (retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil))) && !s.deleting {
+		if retErr == nil && !s.deleting {
 			d.Status.ObservedGeneration = d.Generation
 		}
 		if err := r.patchStatus(ctx, d, base); err != nil && !apierrors.IsNotFound(err) {

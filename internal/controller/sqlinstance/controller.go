@@ -163,10 +163,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	defer func() {
 		wasReady := base.(sqlInstance).InstanceStatus().Ready
 		computeStatus(s)
-		// A terminal error (Stalled) has observed this generation too:
-		// kstatus reads a lagging observedGeneration as InProgress, never
-		// Failed.
-		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
+		if retErr == nil {
 			inst.InstanceStatus().ObservedGeneration = inst.GetGeneration()
 		}
 		st := inst.InstanceStatus()
