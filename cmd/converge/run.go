@@ -132,6 +132,7 @@ func addPKIFlags(f *pflag.FlagSet, o *setup.Options, http01 string) {
 	f.BoolVar(&o.PKI.OwnSecrets, "certificate-owns-secret", false, "make every Certificate own its Secret, so that deleting the Certificate deletes the Secret (spec.ownSecret overrides)")
 	f.DurationVar(&o.PKI.CAInjectionOverlap, "ca-injection-overlap", cainjector.DefaultOverlap, "after a CA rotation, keep trusting the previous CA in bundles injected with pki.converge.dev/inject-ca-from for this long, and longer while issued Secrets hold certificates it signed (negative: not at all)")
 	f.StringVar(&o.PKI.ACMEHTTP01BindAddress, "acme-http01-bind-address", http01, "address answering ACME HTTP-01 challenges (route port 80 of the names here); '0' disables")
+	f.StringSliceVar(&o.PKI.ACMEAllowedDirectories, "acme-allowed-directories", o.PKI.ACMEAllowedDirectories, "URL prefixes of the ACME directories Issuers and ClusterIssuers may name (comma separated); the manager talks to no other ACME server")
 	f.StringVar(&o.PKI.ACMEHTTP01Namespace, "acme-http01-namespace", "", "the manager's namespace: publish pending HTTP-01 answers there as ConfigMaps so that every replica answers them (set it when more than one replica runs); empty keeps them in the leader's memory")
 }
 

@@ -161,13 +161,13 @@ var controllers = []controller{
 			Attachment: a.Attachment, Interface: a.Interface}).SetupWithManager(mgr)
 	}},
 	{name: issuer.IssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
+		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: issuer.ClusterIssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&issuer.Reconciler{Cluster: true, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
+		return (&issuer.Reconciler{Cluster: true, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: certificaterequest.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver}).SetupWithManager(mgr)
+		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: certificate.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase}).SetupWithManager(mgr)
@@ -207,8 +207,12 @@ var webhooks = []webhookSet{
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
 	}},
-	{name: "issuer", setup: webhookpki.Issuer{}.SetupWithManager},
-	{name: "clusterissuer", setup: webhookpki.ClusterIssuer{}.SetupWithManager},
+	{name: "issuer", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
+		return webhookpki.Issuer{ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}.SetupWithManager(mgr)
+	}},
+	{name: "clusterissuer", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
+		return webhookpki.ClusterIssuer{ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}.SetupWithManager(mgr)
+	}},
 	{name: "certificaterequest", setup: webhookpki.CertificateRequest{}.SetupWithManager},
 }
 

@@ -30,6 +30,10 @@ const (
 	// ACMERegistrationFailedReason: the ACME server refused the account or
 	// could not be reached; the message holds its problem document.
 	ACMERegistrationFailedReason = "ACMERegistrationFailed"
+	// ACMEServerNotAllowedReason: spec.acme.server is not under a directory
+	// the cluster admin allowed (--acme-allowed-directories); the issuer is
+	// Stalled and no request is made.
+	ACMEServerNotAllowedReason = "ACMEServerNotAllowed"
 )
 
 // Certificate reasons.
