@@ -170,7 +170,7 @@ var controllers = []controller{
 		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: certificate.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase}).SetupWithManager(mgr)
+		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase, MaxRSAKeySize: o.PKI.MaxRSAKeySize}).SetupWithManager(mgr)
 	}},
 	{name: cainjector.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&cainjector.Reconciler{Overlap: o.PKI.CAInjectionOverlap, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
@@ -205,7 +205,7 @@ var webhooks = []webhookSet{
 	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},
 	{name: "machineupgrade", setup: webhookupgrade.MachineUpgrade{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
-		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
+		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration, MaxRSAKeySize: o.PKI.MaxRSAKeySize}.SetupWithManager(mgr)
 	}},
 	{name: "issuer", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
 		return webhookpki.Issuer{ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}.SetupWithManager(mgr)

@@ -236,6 +236,9 @@ type PKIOptions struct {
 	// no other. Let's Encrypt's production and staging by default; empty
 	// allows none.
 	ACMEAllowedDirectories []string
+	// MaxRSAKeySize is the largest RSA key a Certificate may ask for
+	// (--max-rsa-key-size); pki.DefaultMaxRSAKeySize (4096) when zero.
+	MaxRSAKeySize int
 }
 
 // WebhookOptions configure the webhook server and its certificate.

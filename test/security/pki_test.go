@@ -13,9 +13,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
@@ -276,4 +278,120 @@ func TestPKIACMEHugeErrorBodyBounded(t *testing.T) {
 	after := vmHWM(t)
 	t.Logf("peak RSS %d MiB before, %d MiB after", before>>20, after>>20)
 	g.Expect(after-before).To(BeNumerically("<", int64(64<<20)), "the error body grew the manager's peak memory by %d MiB", (after-before)>>20)
+}
+
+// TestPKIRenewalFloor: the renewal storm of issue 32 (duration 1h,
+// renewBefore 59m59s: 31 issuances a minute). The tenant's storm spec is
+// refused naming spec.renewBefore (and renewBeforePercentage 99 naming its
+// field); a spec the webhook admits but that the issued certificate makes a
+// storm — the tenant's CA expires in an hour, so a 3h Certificate gets a
+// leaf of about an hour, and renewBefore 55m would renew it after 5 minutes
+// — is renewed no earlier than a third of the leaf's lifetime: the
+// renewal time recorded in the status says so, as do the Ready message and
+// a RenewalClamped Event; one issuance only.
+func TestPKIRenewalFloor(t *testing.T) {
+	tn := newTenant(t)
+	g := NewWithT(t)
+	storm := &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "storm"}, Spec: pkiv1alpha1.CertificateSpec{
+		SecretName: "storm", DNSNames: []string{"storm.example.com"}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"},
+		Duration: &metav1.Duration{Duration: time.Hour}, RenewBefore: &metav1.Duration{Duration: time.Hour - time.Second}}}
+	err := tn.Client.Create(t.Context(), storm)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.renewBefore"))
+	storm.Spec.RenewBefore, storm.Spec.RenewBeforePercentage = nil, ptr.To[int32](99)
+	err = tn.Client.Create(t.Context(), storm)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.renewBeforePercentage"))
+
+	g.Expect(tn.Client.Create(t.Context(), caSecret(t, tn.NS, "short-ca"))).To(Succeed()) // valid for 1h
+	iss := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "ca"}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "short-ca"}}}
+	g.Expect(tn.Client.Create(t.Context(), iss)).To(Succeed())
+	renewBefore := 55 * time.Minute
+	c := &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "clamped"}, Spec: pkiv1alpha1.CertificateSpec{
+		SecretName: "clamped", DNSNames: []string{"clamped.example.com"}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"},
+		Duration: &metav1.Duration{Duration: 3 * time.Hour}, RenewBefore: &metav1.Duration{Duration: renewBefore}}}
+	g.Expect(tn.Client.Create(t.Context(), c)).To(Succeed(), "admitted: 55m is under 2/3 of 3h")
+	var ready *metav1.Condition
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(tn.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		ready = meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+		g.Expect(c.Status.RenewalTime).NotTo(BeNil())
+	}).Should(Succeed())
+	nb, na, rt := c.Status.NotBefore.Time, c.Status.NotAfter.Time, c.Status.RenewalTime.Time
+	life := na.Sub(nb)
+	g.Expect(life).To(BeNumerically("<", 2*time.Hour), "control: the leaf ends with its CA, shorter than spec.duration")
+	g.Expect(life).To(BeNumerically(">", renewBefore), "control: renewBefore applies to this leaf")
+	// Status times are in seconds: a second of slack.
+	g.Expect(rt).To(BeTemporally(">=", nb.Add(life/3).Add(-time.Second)), "renewal at %s, before a third of the lifetime %s..%s", rt, nb, na)
+	g.Expect(rt).To(BeTemporally(">", na.Add(-renewBefore).Add(time.Minute)), "not renewBefore's time")
+	g.Expect(ready.Reason).To(Equal(pkiv1alpha1.CertificateReadyReason))
+	g.Expect(ready.Message).To(ContainSubstring("renew before a third of its lifetime"))
+	g.Expect(ready.Message).To(ContainSubstring(rt.UTC().Format(time.RFC3339)))
+	testenv.Eventually(g, func(g Gomega) {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(t.Context(), &evs, client.InNamespace(tn.NS))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", "RenewalClamped"), HaveField("Regarding.Name", "clamped"))))
+	}).Should(Succeed())
+	var crs pkiv1alpha1.CertificateRequestList
+	g.Expect(tn.Client.List(t.Context(), &crs, client.InNamespace(tn.NS))).To(Succeed())
+	g.Expect(crs.Items).To(HaveLen(1), "one issuance")
+}
+
+// TestPKIKeySizeBounded: key generation runs in the manager, and an RSA key
+// of 8192 bits costs seconds of CPU. The tenant's 8192 is refused naming
+// spec.privateKey.size; a 4096 stored before the admin lowered the limit (a
+// manager, the shard this Certificate is labelled for, allowing 2048) is
+// Stalled, KeySizeNotAllowed, with no key, no request and no Secret made;
+// another tenant's Certificate on the same manager is issued.
+func TestPKIKeySizeBounded(t *testing.T) {
+	tn, victim := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	cert := func(ns, name string, size int32, labels map[string]string) *pkiv1alpha1.Certificate {
+		return &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: pkiv1alpha1.CertificateSpec{
+			SecretName: name, DNSNames: []string{name + ".example.com"}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ss"},
+			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.RSAKeyAlgorithm, Size: size}}}
+	}
+	err := tn.Client.Create(t.Context(), cert(tn.NS, "huge-key", 8192, nil))
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.privateKey.size"))
+	g.Expect(err.Error()).To(ContainSubstring("--max-rsa-key-size"))
+
+	const shard = "pki-small-keys"
+	labels := map[string]string{setup.ShardLabel: shard}
+	stop := env.StartManager(t, func(o *setup.Options) {
+		o.Controllers = []string{"issuer", "certificaterequest", "certificate"}
+		o.ShardKey = shard
+		o.PKI.MaxRSAKeySize = 2048
+	})
+	t.Cleanup(func() { _ = stop() })
+	for _, tt := range []*tenant{tn, victim} {
+		g.Expect(tt.Client.Create(t.Context(), &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: tt.NS, Name: "ss", Labels: labels},
+			Spec: pkiv1alpha1.IssuerSpec{SelfSigned: &pkiv1alpha1.SelfSignedIssuer{}}})).To(Succeed())
+	}
+	c := cert(tn.NS, "big-key", 4096, labels)
+	g.Expect(tn.Client.Create(t.Context(), c)).To(Succeed(), "4096 is within the suite's (the chart's) limit")
+	ok := cert(victim.NS, "small-key", 2048, labels)
+	g.Expect(victim.Client.Create(t.Context(), ok)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(tn.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c)).To(Succeed())
+		stalled := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.StalledCondition)
+		g.Expect(stalled).NotTo(BeNil())
+		g.Expect(stalled.Reason).To(Equal(pkiv1alpha1.KeySizeNotAllowedReason))
+		g.Expect(stalled.Message).To(ContainSubstring("spec.privateKey.size"))
+		g.Expect(meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(HaveField("Reason", pkiv1alpha1.KeySizeNotAllowedReason))
+	}).Should(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(victim.Client.Get(t.Context(), client.ObjectKeyFromObject(ok), ok)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(ok.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(BeTrue(), "%v", ok.Status.Conditions)
+	}).Should(Succeed(), "the other tenant's Certificate is issued")
+	var crs pkiv1alpha1.CertificateRequestList
+	g.Expect(tn.Client.List(t.Context(), &crs, client.InNamespace(tn.NS))).To(Succeed())
+	g.Expect(crs.Items).To(BeEmpty(), "nothing was requested")
+	var secrets corev1.SecretList
+	g.Expect(tn.Client.List(t.Context(), &secrets, client.InNamespace(tn.NS))).To(Succeed())
+	for _, s := range secrets.Items {
+		g.Expect(s.Name).NotTo(HavePrefix("big-key"), "no key nor certificate was written")
+	}
 }

@@ -37,6 +37,9 @@ type Certificate struct {
 	// MinimumDuration is the shortest spec.duration accepted;
 	// pki.MinimumDuration (1h) when zero.
 	MinimumDuration time.Duration
+	// MaxRSAKeySize is the largest RSA spec.privateKey.size accepted;
+	// pki.DefaultMaxRSAKeySize when zero.
+	MaxRSAKeySize int
 }
 
 // SetupWithManager registers the webhooks.
@@ -127,13 +130,20 @@ func (w Certificate) ValidateSpec(s *pkiv1alpha1.CertificateSpec, p *field.Path)
 	if s.RenewBefore != nil {
 		if s.RenewBefore.Duration <= 0 {
 			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(), "must be positive"))
-		} else if s.RenewBefore.Duration >= duration {
-			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(), fmt.Sprintf("must be shorter than spec.duration (%s)", duration)))
+		} else if maxBefore := pki.MaxRenewBefore(duration); s.RenewBefore.Duration > maxBefore {
+			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(),
+				fmt.Sprintf("must be at most %s, 2/3 of spec.duration (%s): a certificate lives at least a third of its duration before it is renewed", maxBefore, duration)))
 		}
+	}
+	if pct := s.RenewBeforePercentage; pct != nil && time.Duration(*pct)*duration/100 > pki.MaxRenewBefore(duration) {
+		errs = append(errs, field.Invalid(p.Child("renewBeforePercentage"), *pct,
+			"must be at most 66: a certificate lives at least a third of its duration before it is renewed"))
 	}
 	if pk := s.PrivateKey; pk != nil {
 		if err := pki.ValidateKeySize(pk.Algorithm, int(pk.Size)); err != nil {
 			errs = append(errs, field.Invalid(p.Child("privateKey", "size"), pk.Size, err.Error()))
+		} else if err := pki.RSAKeySizeAllowed(pki.ResolveKey(pk), w.MaxRSAKeySize); err != nil {
+			errs = append(errs, field.Forbidden(p.Child("privateKey", "size"), err.Error()))
 		}
 		if pk.Algorithm == pkiv1alpha1.Ed25519KeyAlgorithm && pk.Encoding == pkiv1alpha1.PKCS1 {
 			errs = append(errs, field.Invalid(p.Child("privateKey", "encoding"), pk.Encoding, "Ed25519 keys are encoded as PKCS8"))
