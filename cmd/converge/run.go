@@ -14,6 +14,7 @@ import (
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/render"
+	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/version"
@@ -135,6 +136,8 @@ func addPKIFlags(f *pflag.FlagSet, o *setup.Options, http01 string) {
 	f.BoolVar(&o.PKI.OwnSecrets, "certificate-owns-secret", false, "make every Certificate own its Secret, so that deleting the Certificate deletes the Secret (spec.ownSecret overrides)")
 	f.DurationVar(&o.PKI.CAInjectionOverlap, "ca-injection-overlap", cainjector.DefaultOverlap, "after a CA rotation, keep trusting the previous CA in bundles injected with pki.converge.dev/inject-ca-from for this long, and longer while issued Secrets hold certificates it signed (negative: not at all)")
 	f.StringVar(&o.PKI.ACMEHTTP01BindAddress, "acme-http01-bind-address", http01, "address answering ACME HTTP-01 challenges (route port 80 of the names here); '0' disables")
+	f.StringSliceVar(&o.PKI.ACMEAllowedDirectories, "acme-allowed-directories", o.PKI.ACMEAllowedDirectories, "URL prefixes of the ACME directories Issuers and ClusterIssuers may name (comma separated); the manager talks to no other ACME server")
+	f.IntVar(&o.PKI.MaxRSAKeySize, "max-rsa-key-size", pki.DefaultMaxRSAKeySize, "largest RSA key (bits) a Certificate may ask for; larger ones are refused at admission and Stalled (KeySizeNotAllowed) when stored")
 	f.StringVar(&o.PKI.ACMEHTTP01Namespace, "acme-http01-namespace", "", "the manager's namespace: publish pending HTTP-01 answers there as ConfigMaps so that every replica answers them (set it when more than one replica runs); empty keeps them in the leader's memory")
 }
 

@@ -175,8 +175,14 @@ func (s *Server) Start(ctx context.Context) error {
 
 // NewClient returns an ACME client for directory with the account key; kid is
 // the account URL once registered. caBundle, when set, is the only trust for
-// the server's TLS.
-func NewClient(directory string, caBundle []byte, key crypto.Signer, kid string) (*xacme.Client, error) {
+// the server's TLS. directory must be allowed by allowed (DirectoryAllowed):
+// otherwise NewClient returns an error wrapping ErrDirectoryNotAllowed and no
+// request is ever made. Every response body the client reads is bounded by
+// MaxResponseBody.
+func NewClient(directory string, allowed []string, caBundle []byte, key crypto.Signer, kid string) (*xacme.Client, error) {
+	if !DirectoryAllowed(directory, allowed) {
+		return nil, fmt.Errorf("spec.acme.server %q: %w", directory, ErrDirectoryNotAllowed)
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if len(caBundle) > 0 {
 		pool := x509.NewCertPool()
@@ -185,8 +191,11 @@ func NewClient(directory string, caBundle []byte, key crypto.Signer, kid string)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &xacme.Client{Key: key, DirectoryURL: directory, KID: xacme.KeyID(kid), UserAgent: "converge",
-		HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+	hc := &http.Client{Transport: boundedTransport{tr}, Timeout: 30 * time.Second,
+		// A redirect could lead anywhere: the directory and the URLs it
+		// lists are what the admin allowed, nothing they point to.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &xacme.Client{Key: key, DirectoryURL: directory, KID: xacme.KeyID(kid), UserAgent: "converge", HTTPClient: hc}, nil
 }
 
 // Register registers (or finds) the account of the client's key and returns

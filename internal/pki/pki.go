@@ -88,6 +88,23 @@ func ValidateKeySize(alg string, size int) error {
 	return nil
 }
 
+// DefaultMaxRSAKeySize is the largest RSA key Converge generates unless the
+// cluster admin allows more (--max-rsa-key-size): an 8192-bit key takes
+// seconds of CPU to generate, 4096 a fraction of that.
+const DefaultMaxRSAKeySize = 4096
+
+// RSAKeySizeAllowed returns an error when k is an RSA key larger than
+// maxSize bits (DefaultMaxRSAKeySize when maxSize is 0).
+func RSAKeySizeAllowed(k KeySpec, maxSize int) error {
+	if maxSize == 0 {
+		maxSize = DefaultMaxRSAKeySize
+	}
+	if k.Algorithm == pkiv1alpha1.RSAKeyAlgorithm && k.Size > maxSize {
+		return fmt.Errorf("RSA keys of more than %d bits are not allowed by the cluster admin (--max-rsa-key-size)", maxSize)
+	}
+	return nil
+}
+
 // GenerateKey makes a private key.
 func GenerateKey(k KeySpec) (crypto.Signer, error) {
 	switch k.Algorithm {
@@ -377,17 +394,41 @@ func Duration(spec *pkiv1alpha1.CertificateSpec) time.Duration {
 
 // RenewalTime is when a certificate valid from notBefore to notAfter is
 // renewed: renewBefore before notAfter, or renewBeforePercentage of the
-// lifetime, or (default) once 2/3 of the lifetime has passed.
+// lifetime, or (default) once 2/3 of the lifetime has passed — but never
+// before MinLifetimeFraction of the lifetime has passed, whatever the spec
+// says (the floor between two issuances of one Certificate; RenewalClamped).
 func RenewalTime(spec *pkiv1alpha1.CertificateSpec, notBefore, notAfter time.Time) time.Time {
 	life := notAfter.Sub(notBefore)
-	before := life / 3
+	return notAfter.Add(-min(requestedRenewBefore(spec, life), MaxRenewBefore(life)))
+}
+
+// MaxRenewBefore is the longest renewBefore for a lifetime: a certificate
+// lives at least a third of its lifetime before it is renewed, so one
+// Certificate is issued at most three times per lifetime (with the 1h
+// minimum duration: at most every 20 minutes), however renewBefore or
+// renewBeforePercentage are set. cert-manager's own rule (renewBefore
+// shorter than the duration) lets a certificate of 1h with renewBefore
+// 59m59s be issued every second.
+func MaxRenewBefore(life time.Duration) time.Duration {
+	return life - life/3
+}
+
+// RenewalClamped says whether the spec asks for a renewal earlier than the
+// floor for a certificate valid from notBefore to notAfter (RenewalTime
+// then renews at the floor).
+func RenewalClamped(spec *pkiv1alpha1.CertificateSpec, notBefore, notAfter time.Time) bool {
+	life := notAfter.Sub(notBefore)
+	return requestedRenewBefore(spec, life) > MaxRenewBefore(life)
+}
+
+func requestedRenewBefore(spec *pkiv1alpha1.CertificateSpec, life time.Duration) time.Duration {
 	switch {
 	case spec.RenewBefore != nil && spec.RenewBefore.Duration > 0 && spec.RenewBefore.Duration < life:
-		before = spec.RenewBefore.Duration
+		return spec.RenewBefore.Duration
 	case spec.RenewBeforePercentage != nil:
-		before = life * time.Duration(*spec.RenewBeforePercentage) / 100
+		return life * time.Duration(*spec.RenewBeforePercentage) / 100
 	}
-	return notAfter.Add(-before)
+	return life / 3
 }
 
 // NamesMatch says whether the certificate carries exactly the spec's names

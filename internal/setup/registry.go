@@ -161,16 +161,16 @@ var controllers = []controller{
 			Attachment: a.Attachment, Interface: a.Interface}).SetupWithManager(mgr)
 	}},
 	{name: issuer.IssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
+		return (&issuer.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: issuer.ClusterIssuerControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&issuer.Reconciler{Cluster: true, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
+		return (&issuer.Reconciler{Cluster: true, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: certificaterequest.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver}).SetupWithManager(mgr)
+		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: certificate.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase}).SetupWithManager(mgr)
+		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase, MaxRSAKeySize: o.PKI.MaxRSAKeySize}).SetupWithManager(mgr)
 	}},
 	{name: cainjector.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&cainjector.Reconciler{Overlap: o.PKI.CAInjectionOverlap, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace}).SetupWithManager(mgr)
@@ -205,10 +205,14 @@ var webhooks = []webhookSet{
 	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},
 	{name: "machineupgrade", setup: webhookupgrade.MachineUpgrade{}.SetupWithManager},
 	{name: "certificate", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
-		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration}.SetupWithManager(mgr)
+		return webhookpki.Certificate{MinimumDuration: o.PKI.MinimumCertificateDuration, MaxRSAKeySize: o.PKI.MaxRSAKeySize}.SetupWithManager(mgr)
 	}},
-	{name: "issuer", setup: webhookpki.Issuer{}.SetupWithManager},
-	{name: "clusterissuer", setup: webhookpki.ClusterIssuer{}.SetupWithManager},
+	{name: "issuer", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
+		return webhookpki.Issuer{ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}.SetupWithManager(mgr)
+	}},
+	{name: "clusterissuer", setupWithOptions: func(mgr ctrl.Manager, o Options) error {
+		return webhookpki.ClusterIssuer{ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}.SetupWithManager(mgr)
+	}},
 	{name: "certificaterequest", setup: webhookpki.CertificateRequest{}.SetupWithManager},
 }
 

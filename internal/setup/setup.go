@@ -243,6 +243,14 @@ type PKIOptions struct {
 	CAInjectionOverlap time.Duration
 	// Solver holds the HTTP-01 answers; made by New when nil.
 	Solver *acme.Solver
+	// ACMEAllowedDirectories are the URL prefixes of the ACME directories
+	// issuers may name (--acme-allowed-directories); the manager talks to
+	// no other. Let's Encrypt's production and staging by default; empty
+	// allows none.
+	ACMEAllowedDirectories []string
+	// MaxRSAKeySize is the largest RSA key a Certificate may ask for
+	// (--max-rsa-key-size); pki.DefaultMaxRSAKeySize (4096) when zero.
+	MaxRSAKeySize int
 }
 
 // WebhookOptions configure the webhook server and its certificate.
@@ -299,7 +307,7 @@ func DefaultOptions() Options {
 			SelfManage: true,
 		},
 		Receiver: receiver.DefaultOptions(),
-		PKI:      PKIOptions{ClusterResourceNamespace: "converge-system"},
+		PKI:      PKIOptions{ClusterResourceNamespace: "converge-system", ACMEAllowedDirectories: acme.DefaultAllowedDirectories},
 	}
 }
 

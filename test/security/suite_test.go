@@ -2,9 +2,11 @@ package security
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -14,7 +16,10 @@ var env *testenv.Environment
 // One control plane for the suite, with the manager configured as the Helm
 // chart configures it by default (charts/converge/values.yaml).
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Manager: chartDefaults}, &env))
+	trap = startACMETrap()
+	code := testenv.Main(m, testenv.Options{Manager: chartDefaults}, &env)
+	trap.Close()
+	os.Exit(code)
 }
 
 // chartDefaults configures the manager as the chart's default values do:
@@ -29,4 +34,7 @@ func chartDefaults(o *setup.Options) {
 	// Go's http.Server.Shutdown waits up to 5s for a connection the API
 	// server just opened to the webhook server; leave room for it.
 	o.GracefulShutdownTimeout = 15 * time.Second
+	// The chart's ACME directories, and the suite's loopback ACME server
+	// under one prefix (pki_test.go).
+	o.PKI.ACMEAllowedDirectories = append(slices.Clone(acme.DefaultAllowedDirectories), trap.AllowedPrefix())
 }

@@ -30,6 +30,10 @@ const (
 	// ACMERegistrationFailedReason: the ACME server refused the account or
 	// could not be reached; the message holds its problem document.
 	ACMERegistrationFailedReason = "ACMERegistrationFailed"
+	// ACMEServerNotAllowedReason: spec.acme.server is not under a directory
+	// the cluster admin allowed (--acme-allowed-directories); the issuer is
+	// Stalled and no request is made.
+	ACMEServerNotAllowedReason = "ACMEServerNotAllowed"
 )
 
 // Certificate reasons.
@@ -53,6 +57,10 @@ const (
 	// SecretNotOwnedReason: a Secret with the target name exists and was not
 	// written for this Certificate; it is never overwritten.
 	SecretNotOwnedReason = "SecretNotOwned"
+	// KeySizeNotAllowedReason: spec.privateKey.size is an RSA size above
+	// what the cluster admin allows (--max-rsa-key-size); no key is made and
+	// nothing is requested (Stalled).
+	KeySizeNotAllowedReason = "KeySizeNotAllowed"
 	// IssuerNotFoundReason: the referenced Issuer or ClusterIssuer does not
 	// exist.
 	IssuerNotFoundReason = "IssuerNotFound"

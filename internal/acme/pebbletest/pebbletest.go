@@ -55,6 +55,18 @@ func Available() error {
 
 // Start runs Pebble validating HTTP-01 on httpPort of 127.0.0.1.
 func Start(ctx context.Context, httpPort int) (*Pebble, error) {
+	return StartOn(ctx, httpPort, 0)
+}
+
+// DirectoryURL is the directory of a Pebble started on dirPort (StartOn):
+// what a manager started before it allows (--acme-allowed-directories).
+func DirectoryURL(dirPort int) string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(dirPort)) + "/dir"
+}
+
+// StartOn is Start with the directory on dirPort of 127.0.0.1 (a free port
+// when 0).
+func StartOn(ctx context.Context, httpPort, dirPort int) (*Pebble, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -70,6 +82,9 @@ func Start(ctx context.Context, httpPort int) (*Pebble, error) {
 		}
 	}
 	dns, chall, listen, mgmt, tlsPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	if dirPort != 0 {
+		listen = dirPort
+	}
 	ca, err := p.writeTLS()
 	if err != nil {
 		p.Stop()
@@ -79,7 +94,7 @@ func Start(ctx context.Context, httpPort int) (*Pebble, error) {
 	lo := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	p.challMgmt = "http://" + lo(chall)
 	p.mgmt = "https://" + lo(mgmt)
-	p.Directory = "https://" + lo(listen) + "/dir"
+	p.Directory = DirectoryURL(listen)
 	if err := p.run(ctx, "pebble-challtestsrv", nil, "-dns01", lo(dns), "-http01", "", "-https01", "", "-tlsalpn01", "",
 		"-management", lo(chall), "-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""); err != nil {
 		p.Stop()

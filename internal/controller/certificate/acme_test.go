@@ -1,7 +1,6 @@
 package certificate_test
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,8 +13,6 @@ import (
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/testenv"
 )
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 func acmeIssuer(t *testing.T, g Gomega, ns string) {
 	t.Helper()

@@ -74,6 +74,10 @@ type Reconciler struct {
 	OwnSecrets bool
 	// BackoffBase and BackoffMax shape the retry delay after failures.
 	BackoffBase, BackoffMax time.Duration
+	// MaxRSAKeySize is the largest RSA key generated
+	// (--max-rsa-key-size); pki.DefaultMaxRSAKeySize when zero. A
+	// Certificate asking for more is Stalled (KeySizeNotAllowed).
+	MaxRSAKeySize int
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
 	// Now is the clock; time.Now when nil.

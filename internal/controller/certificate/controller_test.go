@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/acme/pebbletest"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
@@ -358,10 +359,9 @@ func TestACMERegistrationFailed(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	port, err := testenv.FreePort() // nothing listens there
-	g.Expect(err).NotTo(HaveOccurred())
 	iss := &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme"}, Spec: pkiv1alpha1.IssuerSpec{ACME: &pkiv1alpha1.ACMEIssuer{
-		Server: "https://127.0.0.1:" + itoa(port) + "/dir", PrivateKeySecretRef: pkiv1alpha1.SecretKeySelector{Name: "acme-account"}}}}
+		// Allowed by the suite; nothing listens there.
+		Server: pebbletest.DirectoryURL(unreachableDirPort), PrivateKeySecretRef: pkiv1alpha1.SecretKeySelector{Name: "acme-account"}}}}
 	g.Expect(env.Client.Create(t.Context(), iss)).To(Succeed())
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(iss), iss)).To(Succeed())
@@ -374,7 +374,7 @@ func TestACMERegistrationFailed(t *testing.T) {
 	s := getSecret(t, ns, "acme-account")
 	b, _ := pem.Decode(s.Data[corev1.TLSPrivateKeyKey])
 	g.Expect(b).NotTo(BeNil())
-	_, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+	_, err := x509.ParsePKCS8PrivateKey(b.Bytes)
 	g.Expect(err).NotTo(HaveOccurred())
 }
 

@@ -3,6 +3,7 @@ package certificate
 import (
 	"context"
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strconv"
@@ -178,6 +179,23 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	return r.issue(ctx, s)
 }
 
+// setReady sets Ready=True for a current leaf. When the spec asks for a
+// renewal before the floor (pki.RenewalClamped), the message says when the
+// renewal is instead, and a RenewalClamped Warning Event is recorded once
+// per leaf (when the message changes).
+func (r *Reconciler) setReady(c *pkiv1alpha1.Certificate, leaf *x509.Certificate) {
+	msg := "Certificate is up to date and has not expired"
+	if pki.RenewalClamped(&c.Spec, leaf.NotBefore, leaf.NotAfter) {
+		rt := pki.RenewalTime(&c.Spec, leaf.NotBefore, leaf.NotAfter)
+		msg += fmt.Sprintf("; the spec asks to renew before a third of its lifetime (%s) has passed: renewal at %s instead (status.renewalTime), the earliest allowed",
+			leaf.NotAfter.Sub(leaf.NotBefore).Round(time.Second), rt.UTC().Format(time.RFC3339))
+		if cur := meta.FindStatusCondition(c.Status.Conditions, pkiv1alpha1.ReadyCondition); cur == nil || cur.Message != msg {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, RenewalClampedReason, "Schedule", "%s", msg)
+		}
+	}
+	setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, msg)
+}
+
 // cutReason returns the first reason recorded in an Issuing message
 // ("<why>: <detail>"), or fallback.
 func cutReason(msg, fallback string) (why, detail string) {
@@ -190,7 +208,7 @@ func cutReason(msg, fallback string) (why, detail string) {
 // upToDate records a current Secret and schedules its renewal.
 func (r *Reconciler) upToDate(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cert
-	setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, "Certificate is up to date and has not expired")
+	r.setReady(c, s.obs.chain[0])
 	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.IssuingCondition)
 	c.Status.FailedIssuanceAttempts, c.Status.LastFailureTime, c.Status.NextRetryTime = nil, nil, nil
 	if err := r.syncSecretMetadata(ctx, s); err != nil {
@@ -206,6 +224,13 @@ func (r *Reconciler) upToDate(ctx context.Context, s *scope) (ctrl.Result, error
 // key, create or read the request, write the Secret.
 func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cert
+	if err := pki.RSAKeySizeAllowed(pki.ResolveKey(c.Spec.PrivateKey), r.MaxRSAKeySize); err != nil {
+		// Checked before anything costs: no key, no request.
+		msg := "spec.privateKey.size: " + err.Error()
+		s.wait(pkiv1alpha1.KeySizeNotAllowedReason, msg)
+		setCondition(c, pkiv1alpha1.StalledCondition, metav1.ConditionTrue, pkiv1alpha1.KeySizeNotAllowedReason, msg)
+		return ctrl.Result{}, nil
+	}
 	n := ptr.Deref(c.Status.FailedIssuanceAttempts, 0)
 	if n > 0 && c.Status.LastFailureTime != nil {
 		if older, err := r.failedForOlderSpec(ctx, c, n); err != nil {
@@ -362,6 +387,12 @@ func requestFailed(cr *pkiv1alpha1.CertificateRequest) (bool, string) {
 
 // BackoffResetReason is the Event reason when a spec change ends a backoff.
 const BackoffResetReason = "BackoffReset"
+
+// RenewalClampedReason is the Warning Event reason when renewBefore (or
+// renewBeforePercentage) asks for a renewal before a third of the
+// certificate's lifetime has passed, and the renewal is scheduled at that
+// floor instead (pki.MaxRenewBefore).
+const RenewalClampedReason = "RenewalClamped"
 
 // failedForOlderSpec reports whether the request whose failure started the
 // current backoff (the one before attempt n) was made for another request

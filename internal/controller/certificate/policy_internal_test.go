@@ -121,6 +121,18 @@ func TestRenewalTime(t *testing.T) {
 	pct := int32(50)
 	spec.RenewBeforePercentage = &pct
 	g.Expect(pki.RenewalTime(spec, nb, na)).To(Equal(nb.Add(45 * time.Hour)))
+	g.Expect(pki.RenewalClamped(spec, nb, na)).To(BeFalse())
+	// The floor: never before a third of the lifetime, whatever the spec.
+	pct = 99
+	g.Expect(pki.RenewalTime(spec, nb, na)).To(Equal(nb.Add(30 * time.Hour)))
+	g.Expect(pki.RenewalClamped(spec, nb, na)).To(BeTrue())
+	spec.RenewBeforePercentage = nil
+	spec.RenewBefore = &metav1.Duration{Duration: 90*time.Hour - time.Second}
+	g.Expect(pki.RenewalTime(spec, nb, na)).To(Equal(nb.Add(30 * time.Hour)))
+	g.Expect(pki.RenewalClamped(spec, nb, na)).To(BeTrue())
+	spec.RenewBefore = &metav1.Duration{Duration: 60 * time.Hour}
+	g.Expect(pki.RenewalTime(spec, nb, na)).To(Equal(nb.Add(30 * time.Hour)))
+	g.Expect(pki.RenewalClamped(spec, nb, na)).To(BeFalse())
 }
 
 // TestBackoff: 1h, 2h, 4h ... at most 32h (as cert-manager).

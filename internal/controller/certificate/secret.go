@@ -292,7 +292,7 @@ func (r *Reconciler) writeSecret(ctx context.Context, s *scope, cr *pkiv1alpha1.
 	c.Status.RenewalTime = ptr.To(metav1.NewTime(renewal))
 	c.Status.FailedIssuanceAttempts, c.Status.LastFailureTime, c.Status.NextRetryTime = nil, nil, nil
 	meta.RemoveStatusCondition(&c.Status.Conditions, pkiv1alpha1.IssuingCondition)
-	setCondition(c, pkiv1alpha1.ReadyCondition, metav1.ConditionTrue, pkiv1alpha1.CertificateReadyReason, "Certificate is up to date and has not expired")
+	r.setReady(c, leaf)
 	r.Recorder.Eventf(c, cr, corev1.EventTypeNormal, "Issued", "Issue", "Certificate issued (revision %d), valid until %s", rev, leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
 	if err := r.deleteNextKey(ctx, c); err != nil {
 		return ctrl.Result{}, err

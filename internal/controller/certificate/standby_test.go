@@ -36,7 +36,7 @@ func TestACMEAnsweredByAStandby(t *testing.T) {
 	go func() {
 		_ = (&acme.Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Solver: standby}).Start(t.Context())
 	}()
-	p2, err := pebbletest.Start(t.Context(), port)
+	p2, err := pebbletest.StartOn(t.Context(), port, standbyDirPort)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(p2.Stop)
 

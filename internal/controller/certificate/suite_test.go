@@ -19,6 +19,12 @@ var (
 	pebble *pebbletest.Pebble
 	// pebbleErr says why Pebble is not running.
 	pebbleErr error
+	// standbyDirPort is the directory port of TestACMEAnsweredByAStandby's
+	// Pebble, allowed from the start.
+	standbyDirPort int
+	// unreachableDirPort is an allowed directory port nothing listens on
+	// (TestACMERegistrationFailed).
+	unreachableDirPort int
 )
 
 // http01Namespace is where the suite's manager publishes pending HTTP-01
@@ -34,8 +40,22 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if standbyDirPort, err = testenv.FreePort(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if unreachableDirPort, err = testenv.FreePort(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// The manager talks only to the Pebbles the suite runs (and to a port
+	// nothing listens on).
+	allowed := []string{pebbletest.DirectoryURL(standbyDirPort), pebbletest.DirectoryURL(unreachableDirPort)}
 	if pebbleErr = pebbletest.Available(); pebbleErr == nil {
 		pebble, pebbleErr = pebbletest.Start(context.Background(), port)
+	}
+	if pebble != nil {
+		allowed = append(allowed, pebble.Directory)
 	}
 	code := testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
 		o.Controllers = []string{"issuer", "clusterissuer", "certificaterequest", "certificate"}
@@ -43,6 +63,7 @@ func TestMain(m *testing.M) {
 		o.PKI.ACMEHTTP01BindAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		o.PKI.ClusterResourceNamespace = "default"
 		o.PKI.ACMEHTTP01Namespace = http01Namespace
+		o.PKI.ACMEAllowedDirectories = allowed
 	}}, &env)
 	if pebble != nil {
 		pebble.Stop()

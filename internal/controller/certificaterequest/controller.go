@@ -11,6 +11,7 @@ package certificaterequest
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -52,6 +53,9 @@ type Reconciler struct {
 	ClusterResourceNamespace string
 	// Solver answers the HTTP-01 challenges of ACME orders.
 	Solver *acme.Solver
+	// ACMEAllowedDirectories are the URL prefixes of the ACME directories
+	// an acme issuer may name (--acme-allowed-directories).
+	ACMEAllowedDirectories []string
 	// ACMETimeout bounds one ACME order; 2 minutes when zero.
 	ACMETimeout time.Duration
 	// MaxConcurrentReconciles defaults to 8.
@@ -280,7 +284,10 @@ func (r *Reconciler) signACME(ctx context.Context, iss issuerref.Object, csrDER 
 	if st := iss.GetStatus().ACME; st != nil {
 		uri = st.URI
 	}
-	c, err := acme.NewClient(sp.Server, sp.CABundle, key, uri)
+	c, err := acme.NewClient(sp.Server, r.ACMEAllowedDirectories, sp.CABundle, key, uri)
+	if errors.Is(err, acme.ErrDirectoryNotAllowed) {
+		return outcome{reason: pkiv1alpha1.FailedReason, message: acme.StatusText(err) + "; no request was made"}, nil
+	}
 	if err != nil {
 		return outcome{reason: pkiv1alpha1.PendingReason, message: err.Error()}, nil
 	}
@@ -292,7 +299,7 @@ func (r *Reconciler) signACME(ctx context.Context, iss issuerref.Object, csrDER 
 	defer cancel()
 	chain, err := acme.Obtain(actx, c, r.Solver, dns, ipStrs, csrDER)
 	if err != nil {
-		return outcome{reason: pkiv1alpha1.FailedReason, message: "ACME: " + err.Error()}, nil
+		return outcome{reason: pkiv1alpha1.FailedReason, message: "ACME: " + acme.StatusText(err)}, nil
 	}
 	return outcome{reason: pkiv1alpha1.IssuedReason, cert: pki.EncodeCert(chain...)}, nil
 }

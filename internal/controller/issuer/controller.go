@@ -11,10 +11,12 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +56,10 @@ type Reconciler struct {
 	ClusterResourceNamespace string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ACMEAllowedDirectories are the URL prefixes of the ACME directories
+	// an acme issuer may name (--acme-allowed-directories); any other is
+	// Stalled without a request.
+	ACMEAllowedDirectories []string
 }
 
 func (r *Reconciler) newObject() issuerref.Object {
@@ -129,6 +135,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		status = metav1.ConditionTrue
 	}
 	creconcile.SetCondition(&st.Conditions, iss.GetGeneration(), pkiv1alpha1.ReadyCondition, status, reason, msg)
+	if reason == pkiv1alpha1.ACMEServerNotAllowedReason {
+		// Only the cluster admin (the flag) or the issuer's author (the
+		// spec) can help.
+		creconcile.SetCondition(&st.Conditions, iss.GetGeneration(), pkiv1alpha1.StalledCondition, metav1.ConditionTrue, reason, msg)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, pkiv1alpha1.StalledCondition)
+	}
 	st.ObservedGeneration = iss.GetGeneration()
 	if perr := patcher.Patch(ctx, iss); perr != nil {
 		return ctrl.Result{}, fmt.Errorf("patching the status: %w", perr)
@@ -168,6 +181,12 @@ func (r *Reconciler) check(ctx context.Context, iss issuerref.Object) (bool, str
 
 func (r *Reconciler) checkACME(ctx context.Context, iss issuerref.Object, ns string) (bool, string, string, error) {
 	sp := iss.GetSpec().ACME
+	if !acme.DirectoryAllowed(sp.Server, r.ACMEAllowedDirectories) {
+		// Checked first: nothing is created or requested for a directory
+		// the admin did not allow.
+		return false, pkiv1alpha1.ACMEServerNotAllowedReason, fmt.Sprintf("spec.acme.server %q is not an ACME directory the cluster admin allowed (--acme-allowed-directories: %s); no request was made",
+			acme.BoundText(sp.Server, 256), strings.Join(r.ACMEAllowedDirectories, ", ")), nil
+	}
 	ref := sp.PrivateKeySecretRef
 	keyName := ref.Key
 	if keyName == "" {
@@ -202,7 +221,7 @@ func (r *Reconciler) checkACME(ctx context.Context, iss issuerref.Object, ns str
 	if st.ACME != nil && st.ACME.URI != "" && st.ACME.LastPrivateKeyHash == hash && st.ACME.LastServer == sp.Server && st.ACME.LastRegisteredEmail == sp.Email {
 		return true, pkiv1alpha1.IssuerReadyReason, "ACME account registered", nil
 	}
-	c, err := acme.NewClient(sp.Server, sp.CABundle, key, "")
+	c, err := acme.NewClient(sp.Server, r.ACMEAllowedDirectories, sp.CABundle, key, "")
 	if err != nil {
 		return false, pkiv1alpha1.ACMERegistrationFailedReason, "spec.acme.caBundle: " + err.Error(), nil
 	}
@@ -210,7 +229,8 @@ func (r *Reconciler) checkACME(ctx context.Context, iss issuerref.Object, ns str
 	defer cancel()
 	uri, err := acme.Register(rctx, c, sp.Email)
 	if err != nil {
-		return false, pkiv1alpha1.ACMERegistrationFailedReason, err.Error(), err
+		// The server's words, bounded and as text.
+		return false, pkiv1alpha1.ACMERegistrationFailedReason, acme.StatusText(err), err
 	}
 	st.ACME = &pkiv1alpha1.ACMEIssuerStatus{URI: uri, LastPrivateKeyHash: hash, LastServer: sp.Server, LastRegisteredEmail: sp.Email}
 	return true, pkiv1alpha1.IssuerReadyReason, "ACME account registered", nil

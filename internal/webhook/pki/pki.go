@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
 )
@@ -36,6 +37,9 @@ type Certificate struct {
 	// MinimumDuration is the shortest spec.duration accepted;
 	// pki.MinimumDuration (1h) when zero.
 	MinimumDuration time.Duration
+	// MaxRSAKeySize is the largest RSA spec.privateKey.size accepted;
+	// pki.DefaultMaxRSAKeySize when zero.
+	MaxRSAKeySize int
 }
 
 // SetupWithManager registers the webhooks.
@@ -126,13 +130,20 @@ func (w Certificate) ValidateSpec(s *pkiv1alpha1.CertificateSpec, p *field.Path)
 	if s.RenewBefore != nil {
 		if s.RenewBefore.Duration <= 0 {
 			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(), "must be positive"))
-		} else if s.RenewBefore.Duration >= duration {
-			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(), fmt.Sprintf("must be shorter than spec.duration (%s)", duration)))
+		} else if maxBefore := pki.MaxRenewBefore(duration); s.RenewBefore.Duration > maxBefore {
+			errs = append(errs, field.Invalid(p.Child("renewBefore"), s.RenewBefore.Duration.String(),
+				fmt.Sprintf("must be at most %s, 2/3 of spec.duration (%s): a certificate lives at least a third of its duration before it is renewed", maxBefore, duration)))
 		}
+	}
+	if pct := s.RenewBeforePercentage; pct != nil && time.Duration(*pct)*duration/100 > pki.MaxRenewBefore(duration) {
+		errs = append(errs, field.Invalid(p.Child("renewBeforePercentage"), *pct,
+			"must be at most 66: a certificate lives at least a third of its duration before it is renewed"))
 	}
 	if pk := s.PrivateKey; pk != nil {
 		if err := pki.ValidateKeySize(pk.Algorithm, int(pk.Size)); err != nil {
 			errs = append(errs, field.Invalid(p.Child("privateKey", "size"), pk.Size, err.Error()))
+		} else if err := pki.RSAKeySizeAllowed(pki.ResolveKey(pk), w.MaxRSAKeySize); err != nil {
+			errs = append(errs, field.Forbidden(p.Child("privateKey", "size"), err.Error()))
 		}
 		if pk.Algorithm == pkiv1alpha1.Ed25519KeyAlgorithm && pk.Encoding == pkiv1alpha1.PKCS1 {
 			errs = append(errs, field.Invalid(p.Child("privateKey", "encoding"), pk.Encoding, "Ed25519 keys are encoded as PKCS8"))
@@ -159,7 +170,11 @@ func validateIssuerRef(ref pkiv1alpha1.IssuerReference, p *field.Path) field.Err
 }
 
 // Issuer validates Issuers.
-type Issuer struct{}
+type Issuer struct {
+	// ACMEAllowedDirectories are the URL prefixes spec.acme.server may
+	// name (--acme-allowed-directories).
+	ACMEAllowedDirectories []string
+}
 
 // SetupWithManager registers the webhook.
 func (w Issuer) SetupWithManager(mgr ctrl.Manager) error {
@@ -167,13 +182,15 @@ func (w Issuer) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate checks a new Issuer.
-func (Issuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
-	return nil, toStatus("Issuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+func (w Issuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	return nil, toStatus("Issuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateUpdate checks a change.
-func (Issuer) ValidateUpdate(_ context.Context, _, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
-	return nil, toStatus("Issuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+func (w Issuer) ValidateUpdate(_ context.Context, old, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	return nil, toStatus("Issuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateDelete allows every deletion.
@@ -182,7 +199,11 @@ func (Issuer) ValidateDelete(context.Context, *pkiv1alpha1.Issuer) (admission.Wa
 }
 
 // ClusterIssuer validates ClusterIssuers.
-type ClusterIssuer struct{}
+type ClusterIssuer struct {
+	// ACMEAllowedDirectories are the URL prefixes spec.acme.server may
+	// name (--acme-allowed-directories).
+	ACMEAllowedDirectories []string
+}
 
 // SetupWithManager registers the webhook.
 func (w ClusterIssuer) SetupWithManager(mgr ctrl.Manager) error {
@@ -190,13 +211,15 @@ func (w ClusterIssuer) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate checks a new ClusterIssuer.
-func (ClusterIssuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
-	return nil, toStatus("ClusterIssuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+func (w ClusterIssuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	return nil, toStatus("ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateUpdate checks a change.
-func (ClusterIssuer) ValidateUpdate(_ context.Context, _, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
-	return nil, toStatus("ClusterIssuer", i.Name, ValidateIssuerSpec(&i.Spec, field.NewPath("spec")))
+func (w ClusterIssuer) ValidateUpdate(_ context.Context, old, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	return nil, toStatus("ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateDelete allows every deletion.
@@ -240,6 +263,20 @@ func ValidateIssuerSpec(s *pkiv1alpha1.IssuerSpec, p *field.Path) field.ErrorLis
 		errs = append(errs, field.Invalid(p, n, "exactly one of selfSigned, ca and acme must be set"))
 	}
 	return errs
+}
+
+// validateACMEServer refuses a new or changed spec.acme.server that is not
+// under an allowed directory (an unchanged one stays: the controller
+// reports it Stalled if the admin narrowed the list since).
+func validateACMEServer(old, s *pkiv1alpha1.IssuerSpec, allowed []string, p *field.Path) field.ErrorList {
+	if s.ACME == nil || (old != nil && old.ACME != nil && old.ACME.Server == s.ACME.Server) {
+		return nil
+	}
+	if !acme.DirectoryAllowed(s.ACME.Server, allowed) {
+		return field.ErrorList{field.Forbidden(p.Child("acme", "server"),
+			fmt.Sprintf("%q is not an ACME directory the cluster admin allowed (--acme-allowed-directories: %s)", acme.BoundText(s.ACME.Server, 256), strings.Join(allowed, ", ")))}
+	}
+	return nil
 }
 
 // CertificateRequest validates CertificateRequests: the CSR parses and the

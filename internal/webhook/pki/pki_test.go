@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	webhookpki "github.com/converge-dev/converge/internal/webhook/pki"
@@ -42,6 +43,12 @@ func TestValidateCertificate(t *testing.T) {
 		{"RSA too small", func(s *pkiv1alpha1.CertificateSpec) {
 			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "RSA", Size: 1024}
 		}, "spec.privateKey.size"},
+		{"RSA 8192 beyond the admin's limit", func(s *pkiv1alpha1.CertificateSpec) {
+			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "RSA", Size: 8192}
+		}, "spec.privateKey.size"},
+		{"RSA 4096", func(s *pkiv1alpha1.CertificateSpec) {
+			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "RSA", Size: 4096}
+		}, ""},
 		{"ECDSA odd size", func(s *pkiv1alpha1.CertificateSpec) {
 			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "ECDSA", Size: 2048}
 		}, "spec.privateKey.size"},
@@ -103,6 +110,17 @@ func TestValidateCertificateSANs(t *testing.T) {
 		{"email with a display name", func(s *pkiv1alpha1.CertificateSpec) { s.EmailAddresses = []string{"Ops <ops@example.com>"} }, "spec.emailAddresses[0]"},
 		{"renewBefore within duration", func(s *pkiv1alpha1.CertificateSpec) { s.RenewBefore = &metav1.Duration{Duration: time.Hour} }, ""},
 		{"renewBefore zero", func(s *pkiv1alpha1.CertificateSpec) { s.RenewBefore = &metav1.Duration{} }, "spec.renewBefore"},
+		{"renewBefore storm", func(s *pkiv1alpha1.CertificateSpec) {
+			s.Duration, s.RenewBefore = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: time.Hour - time.Second}
+		}, "spec.renewBefore"},
+		{"renewBefore at the floor", func(s *pkiv1alpha1.CertificateSpec) {
+			s.Duration, s.RenewBefore = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: 40 * time.Minute}
+		}, ""},
+		{"renewBefore past the floor", func(s *pkiv1alpha1.CertificateSpec) {
+			s.Duration, s.RenewBefore = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: 40*time.Minute + time.Second}
+		}, "spec.renewBefore"},
+		{"renewBeforePercentage 66", func(s *pkiv1alpha1.CertificateSpec) { s.RenewBeforePercentage = ptr.To[int32](66) }, ""},
+		{"renewBeforePercentage 99", func(s *pkiv1alpha1.CertificateSpec) { s.RenewBeforePercentage = ptr.To[int32](99) }, "spec.renewBeforePercentage"},
 		{"RSA PKCS1", func(s *pkiv1alpha1.CertificateSpec) {
 			s.PrivateKey = &pkiv1alpha1.CertificatePrivateKey{Algorithm: "RSA", Size: 2048, Encoding: "PKCS1"}
 		}, ""},
