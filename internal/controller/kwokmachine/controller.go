@@ -2,7 +2,7 @@
 // Node that kwok serves (providerID kwok://<namespace>/<name>), powering off
 // takes the Node from kwok and marks it NotReady, powering on hands it back.
 // The Node is the tenant's: it carries the label and NoSchedule taint
-// machine.converge.dev/tenant=<namespace>, and the annotation naming the
+// machine.converge.dev/namespace=<namespace>, and the annotation naming the
 // KwokMachine by namespace, name and UID that the Machine controller checks.
 // It honours the infrastructure-machine contract, so that thousands of
 // Machines fit on one laptop for scale and upgrade tests.
@@ -109,7 +109,7 @@ func NodeName(km *infrastructurev1alpha1.KwokMachine) string {
 }
 
 // TenantLabel on a Node names the namespace it was registered for.
-const TenantLabel = "machine.converge.dev/tenant"
+const TenantLabel = "machine.converge.dev/namespace"
 
 // TenantTaint is the NoSchedule taint (value: the namespace) on every Node
 // registered for a KwokMachine: only Pods tolerating it (the tenant's own,
