@@ -174,7 +174,6 @@ type NodeReference struct {
 	// uid is the Node's UID: a drain or a deletion touches only the Node
 	// with this UID (a Node made again under the name is not this one).
 	// +optional
-	// +kubebuilder:validation:MaxLength=64
 	UID types.UID `json:"uid,omitempty"`
 }
 
