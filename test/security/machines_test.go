@@ -18,6 +18,7 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -249,3 +250,30 @@ func TestKwokNodesAreTheTenants(t *testing.T) {
 
 // kwokNodeNameJoin is the old, ambiguous scheme kwok-<namespace>-<name>.
 func kwokNodeNameJoin(ns, name string) string { return "kwok-" + ns + "-" + name }
+
+// A Database's instanceRef resolves only to a kind declaring the
+// database-instance contract: naming Secret is refused at admission, and a
+// stored one is Stalled without any informer on Secrets.
+func TestDatabaseInstanceRefCannotNameASecret(t *testing.T) {
+	tn := newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	d := &sqlv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: "grab"},
+		Spec: sqlv1alpha1.DatabaseSpec{InstanceRef: sqlv1alpha1.InstanceReference{APIVersion: "v1", Kind: "Secret", Name: "anything"}}}
+	err := tn.Client.Create(ctx, d.DeepCopy())
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.instanceRef.kind"))
+
+	before := apiserverWatches(t, "secrets")
+	env.SkipValidationForLabelled(t)
+	d.Labels = map[string]string{testenv.NoValidationLabel: "true"}
+	g.Eventually(func() error { return tn.Client.Create(ctx, d.DeepCopy()) }).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &sqlv1alpha1.Database{}
+		g.Expect(tn.Client.Get(ctx, client.ObjectKeyFromObject(d), got)).To(Succeed())
+		c := testenv.HasCondition(g, got.Status.Conditions, sqlv1alpha1.StalledCondition, metav1.ConditionTrue, sqlv1alpha1.InstanceContractNotDeclaredReason)
+		g.Expect(c.Message).To(ContainSubstring("spec.instanceRef.kind"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Consistently(func() float64 { return apiserverWatches(t, "secrets") }).WithTimeout(3*time.Second).
+		Should(BeNumerically("<=", before), "no informer on Secrets was started")
+}

@@ -47,8 +47,8 @@ import (
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
-	pcontract "github.com/converge-dev/converge/pkg/contract"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
