@@ -129,7 +129,7 @@ func TestMachineCannotNameANode(t *testing.T) {
 	g.Expect(tn.Client.Delete(ctx, got)).To(Succeed())
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(tn.Client.Get(ctx, client.ObjectKeyFromObject(m), got))
-	}).WithTimeout(30 * time.Second).Should(BeTrue(), "the Machine goes without touching the Node")
+	}).WithTimeout(30*time.Second).Should(BeTrue(), "the Machine goes without touching the Node")
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(victim), victim)).To(Succeed(), "the victim Node is still there")
 	g.Expect(victim.OwnerReferences).To(BeEmpty(), "never owned")
 	g.Expect(victim.Spec.Unschedulable).To(BeFalse(), "never cordoned")
