@@ -200,6 +200,7 @@ var webhooks = []webhookSet{
 	{name: "ipaddresspool", setup: webhooklb.IPAddressPool{}.SetupWithManager},
 	{name: "l2advertisement", setup: webhooklb.L2Advertisement{}.SetupWithManager},
 	{name: "machine", setup: webhookmachine.Machine{}.SetupWithManager},
+	{name: "infrastructure", setup: webhookmachine.Providers{}.SetupWithManager},
 	{name: "ippool", setup: webhookdhcp.IPPool{}.SetupWithManager},
 	{name: "machinenetworkconfig", setup: webhookdhcp.MachineNetworkConfig{}.SetupWithManager},
 	{name: "machinebmc", setup: webhookbmc.MachineBMC{}.SetupWithManager},

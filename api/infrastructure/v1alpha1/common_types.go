@@ -128,6 +128,10 @@ const (
 	// NodeConflictReason: a Node with the KwokMachine's name exists and was
 	// not made for it; it is never adopted.
 	NodeConflictReason = "NodeConflict"
+	// ProviderIDNotOwnReason: spec.providerID is not the object's own
+	// (it was written around the admission webhook); nothing is
+	// registered under it.
+	ProviderIDNotOwnReason = "ProviderIDNotOwn"
 )
 
 // Finalizers of the providers.

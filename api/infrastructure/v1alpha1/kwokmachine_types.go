@@ -21,6 +21,7 @@ type KwokMachineStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="contract.converge.dev/infrastructure-machine=v1alpha1"
 // +kubebuilder:resource:shortName=km,categories=converge;machines
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.powerState`

@@ -60,6 +60,7 @@ type QemuMachineStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="contract.converge.dev/infrastructure-machine=v1alpha1"
 // +kubebuilder:resource:shortName=qm,categories=converge;machines
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

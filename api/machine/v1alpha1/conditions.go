@@ -26,6 +26,9 @@ const (
 	// NodeHealthyCondition is True when the Node matching providerID is
 	// Ready.
 	NodeHealthyCondition = "NodeHealthy"
+	// StalledCondition is True while the Machine cannot progress until a
+	// person changes something; its reason and message say what.
+	StalledCondition = "Stalled"
 	// DeletingCondition is present while the Machine is deleted; its reason
 	// names the step and its message what holds it.
 	DeletingCondition = "Deleting"
@@ -42,9 +45,13 @@ const (
 	// InfrastructureOwnedByOtherReason: the provider object is controlled by
 	// another object; it is never taken over.
 	InfrastructureOwnedByOtherReason = "InfrastructureOwnedByOther"
-	// UnknownInfrastructureKindReason: the API server does not serve the
-	// referenced kind.
-	UnknownInfrastructureKindReason = "UnknownInfrastructureKind"
+	// InfrastructureContractNotDeclaredReason: spec.infrastructureRef names
+	// a kind that is not a namespaced kind whose CustomResourceDefinition
+	// carries the label contract.converge.dev/infrastructure-machine=v1alpha1
+	// (a core kind such as Node or Secret, a cluster-scoped kind, an
+	// unlabelled or unserved one). Nothing of that kind is read, watched,
+	// patched or deleted.
+	InfrastructureContractNotDeclaredReason = "InfrastructureContractNotDeclared"
 	// ProvisioningReason: the provider has not reported
 	// status.provisioned yet.
 	ProvisioningReason = "Provisioning"

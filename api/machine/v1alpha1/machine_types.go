@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // PowerState is a machine's power state.
@@ -170,6 +171,10 @@ type NodeReference struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+	// uid is the Node's UID: a drain or a deletion touches only the Node
+	// with this UID (a Node made again under the name is not this one).
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
 }
 
 // MachineDeletionStatus records the progress of a deletion.

@@ -45,6 +45,12 @@ const (
 	// InstanceNotReadyReason: the instance exists but its contract status is
 	// not ready; the Database waits.
 	InstanceNotReadyReason = "InstanceNotReady"
+	// InstanceContractNotDeclaredReason: spec.instanceRef names a kind that
+	// is not a namespaced kind whose CustomResourceDefinition carries the
+	// label contract.converge.dev/database-instance=v1alpha1 (a core kind
+	// such as Secret, a cluster-scoped or unlabelled kind). Nothing of it is
+	// read or watched (Stalled).
+	InstanceContractNotDeclaredReason = "InstanceContractNotDeclared"
 	// InstanceUnavailableReason: the instance is ready but the server could
 	// not be reached or refused the admin login; retried with backoff.
 	InstanceUnavailableReason = "InstanceUnavailable"

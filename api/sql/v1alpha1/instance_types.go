@@ -145,6 +145,7 @@ type InstanceStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="contract.converge.dev/database-instance=v1alpha1"
 // +kubebuilder:resource:shortName=pgi,categories={converge,sql}
 // +kubebuilder:printcolumn:name="Ready",type=boolean,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.status.endpoint.host`
@@ -184,6 +185,7 @@ type PostgresInstanceList struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="contract.converge.dev/database-instance=v1alpha1"
 // +kubebuilder:resource:shortName=mdbi,categories={converge,sql}
 // +kubebuilder:printcolumn:name="Ready",type=boolean,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.status.endpoint.host`

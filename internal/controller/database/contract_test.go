@@ -17,6 +17,7 @@ import (
 	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/internal/sqltest"
 	"github.com/converge-dev/converge/internal/testenv"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // TestThirdPartyInstanceKind: a kind Converge has never heard of (its CRD is
@@ -30,7 +31,10 @@ func TestThirdPartyInstanceKind(t *testing.T) {
 	ctx := t.Context()
 	gvk := schema.GroupVersionKind{Group: "thirdparty.example.com", Version: "v1", Kind: "CockroachInstance"}
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "cockroachinstances.thirdparty.example.com"},
+		// The label declares the contract: without it no Database may
+		// name the kind.
+		ObjectMeta: metav1.ObjectMeta{Name: "cockroachinstances.thirdparty.example.com",
+			Labels: map[string]string{pcontract.Label(pcontract.DatabaseInstance): pcontract.Version}},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: gvk.Group, Scope: apiextensionsv1.NamespaceScoped,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "cockroachinstances", Singular: "cockroachinstance", Kind: gvk.Kind, ListKind: gvk.Kind + "List"},

@@ -48,6 +48,7 @@ import (
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -71,6 +72,7 @@ const instanceIndex = "spec.instanceRef"
 // +kubebuilder:rbac:groups=sql.converge.dev,resources=databases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sql.converge.dev,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sql.converge.dev,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sql.converge.dev,resources=postgresinstances;mariadbinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backup.converge.dev,resources=databasebackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
@@ -160,6 +162,10 @@ type Reconciler struct {
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
 
+	// Contracts decides, from the cache, whether a kind declares the
+	// database-instance contract; set by SetupWithManager.
+	Contracts pcontract.Checker
+
 	apiReader client.Reader
 	mgr       ctrl.Manager
 	// instances watches each instance kind (the built-in ones from the
@@ -174,6 +180,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	r.mgr = mgr
 	r.apiReader = mgr.GetAPIReader()
+	r.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	if r.Engines == nil {
 		r.Engines = &SQLEngines{}
 	}

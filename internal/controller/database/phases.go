@@ -28,6 +28,7 @@ import (
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	"github.com/converge-dev/converge/pkg/contract/databaseinstance"
 )
 
@@ -92,6 +93,16 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 		return nil, ctrl.Result{}, reconcile.TerminalError(errors.New(s.message))
 	}
 	gvk := gv.WithKind(d.Spec.InstanceRef.Kind)
+	// Only a kind declaring the contract is read or watched: a core kind
+	// (Secret) or another foreign kind would be cached cluster-wide on the
+	// tenant's word.
+	if err := r.Contracts.Check(ctx, gvk, pcontract.DatabaseInstance); err != nil {
+		if pcontract.IsNotDeclared(err) {
+			s.fail(sqlv1alpha1.InstanceContractNotDeclaredReason, "spec.instanceRef.kind: "+err.Error()+"; nothing of it is read or watched", true)
+			return nil, ctrl.Result{RequeueAfter: instanceRetry}, nil
+		}
+		return nil, ctrl.Result{}, fmt.Errorf("checking the contract of %s: %w", gvk, err)
+	}
 	if err := r.instances.Watch(gvk); err != nil {
 		s.fail(sqlv1alpha1.InstanceNotFoundReason, fmt.Sprintf("cannot watch %s (is the CRD installed, and may the manager list it?): %v", gvk, err), false)
 		return nil, ctrl.Result{RequeueAfter: instanceRetry}, nil

@@ -1,6 +1,9 @@
 // Package kwokmachine is the KwokMachine provider: provisioning registers a
 // Node that kwok serves (providerID kwok://<namespace>/<name>), powering off
 // takes the Node from kwok and marks it NotReady, powering on hands it back.
+// The Node is the tenant's: it carries the label and NoSchedule taint
+// machine.converge.dev/namespace=<namespace>, and the annotation naming the
+// KwokMachine by namespace, name and UID that the Machine controller checks.
 // It honours the infrastructure-machine contract, so that thousands of
 // Machines fit on one laptop for scale and upgrade tests.
 package kwokmachine
@@ -30,6 +33,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
 
 // ControllerName is the controller's name.
@@ -89,15 +93,29 @@ func ProviderID(km *infrastructurev1alpha1.KwokMachine) string {
 	return "kwok://" + km.Namespace + "/" + km.Name
 }
 
-// NodeName is the name of a KwokMachine's Node: kwok-<namespace>-<name>,
-// shortened with a hash when too long for a Node name.
+// NodeName is the name of a KwokMachine's Node:
+// kwok-<namespace>-<name>-<hash of namespace/name>, the readable part
+// shortened when too long for a Node name. The hash keeps two namespaces
+// apart whose names join to the same string (a-b/c and a/b-c).
 func NodeName(km *infrastructurev1alpha1.KwokMachine) string {
-	n := "kwok-" + km.Namespace + "-" + km.Name
-	if len(n) <= 253 {
-		return n
-	}
 	sum := sha256.Sum256([]byte(km.Namespace + "/" + km.Name))
-	return n[:236] + "-" + hex.EncodeToString(sum[:8])
+	suffix := "-" + hex.EncodeToString(sum[:5])
+	n := "kwok-" + km.Namespace + "-" + km.Name
+	// 63 keeps it a valid kubernetes.io/hostname label value too.
+	if len(n)+len(suffix) > 63 {
+		n = strings.TrimRight(n[:63-len(suffix)], "-.")
+	}
+	return n + suffix
+}
+
+// TenantLabel on a Node names the namespace it was registered for.
+const TenantLabel = "machine.converge.dev/namespace"
+
+// TenantTaint is the NoSchedule taint (value: the namespace) on every Node
+// registered for a KwokMachine: only Pods tolerating it (the tenant's own,
+// or what the cluster admin allows) are scheduled there.
+func TenantTaint(ns string) corev1.Taint {
+	return corev1.Taint{Key: TenantLabel, Value: ns, Effect: corev1.TaintEffectNoSchedule}
 }
 
 func owner(km *infrastructurev1alpha1.KwokMachine) string { return km.Namespace + "/" + km.Name }
@@ -110,6 +128,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !km.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, km)
+	}
+	// A providerID that is not this object's own (written around the
+	// webhook) is never used: no Node is registered under it.
+	if km.Spec.ProviderID != "" && km.Spec.ProviderID != ProviderID(km) {
+		patcher := creconcile.NewStatusPatcher(r.Client, km)
+		km.Status.Provisioned = false
+		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.ProviderIDNotOwnReason,
+			fmt.Sprintf("spec.providerID %q is not this KwokMachine's own (%s); it is written by the provider only: delete and recreate the KwokMachine without it", km.Spec.ProviderID, ProviderID(km)))
+		return ctrl.Result{}, client.IgnoreNotFound(patcher.Patch(ctx, km))
 	}
 	// The finalizer and the providerID in one write, before the Node.
 	if !controllerutil.ContainsFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer) || km.Spec.ProviderID == "" {
@@ -150,7 +177,8 @@ func (r *Reconciler) reconcileNode(ctx context.Context, km *infrastructurev1alph
 		}
 	case err != nil:
 		return fmt.Errorf("reading Node %s: %w", name, err)
-	case node.Annotations[OwnerAnnotation] != owner(km) || node.Spec.ProviderID != km.Spec.ProviderID:
+	case node.Annotations[OwnerAnnotation] != owner(km) || node.Spec.ProviderID != km.Spec.ProviderID ||
+		node.Annotations[contract.NodeOwnerAnnotation] != contract.NodeOwner(km):
 		km.Status.Provisioned = false
 		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.NodeConflictReason,
 			fmt.Sprintf("Node %s exists and was not registered for this KwokMachine; it is never adopted", name))
@@ -168,7 +196,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, km *infrastructurev1alph
 }
 
 func newNode(km *infrastructurev1alpha1.KwokMachine, name, version string) *corev1.Node {
-	ann := map[string]string{OwnerAnnotation: owner(km)}
+	ann := map[string]string{OwnerAnnotation: owner(km), contract.NodeOwnerAnnotation: contract.NodeOwner(km)}
 	if wantOn(km) {
 		ann[KwokNodeAnnotation] = "fake"
 		booted(ann, km, version)
@@ -182,9 +210,10 @@ func newNode(km *infrastructurev1alpha1.KwokMachine, name, version string) *core
 				"kubernetes.io/os":       "linux",
 				"kubernetes.io/arch":     "amd64",
 				"type":                   "kwok",
+				TenantLabel:              km.Namespace,
 			},
 		},
-		Spec: corev1.NodeSpec{ProviderID: km.Spec.ProviderID},
+		Spec: corev1.NodeSpec{ProviderID: km.Spec.ProviderID, Taints: []corev1.Taint{TenantTaint(km.Namespace)}},
 	}
 }
 
@@ -322,7 +351,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, km *infrastructurev1al
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err == nil && node.Annotations[OwnerAnnotation] == owner(km) {
+	if err == nil && node.Annotations[OwnerAnnotation] == owner(km) && node.Annotations[contract.NodeOwnerAnnotation] == contract.NodeOwner(km) {
 		if node.DeletionTimestamp.IsZero() {
 			if err := r.Delete(ctx, node, client.Preconditions{UID: &node.UID}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting Node %s: %w", node.Name, err)

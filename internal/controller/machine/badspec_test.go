@@ -47,13 +47,23 @@ func TestBadSpecs(t *testing.T) {
 	})
 
 	t.Run("UnknownKind", func(t *testing.T) {
+		// Refused at admission, naming the field.
 		m := &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unknown"},
 			Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
 				APIVersion: "nowhere.example.test/v1", Kind: "NoSuchMachine", Name: "x"}}}
-		NewWithT(t).Expect(env.Client.Create(t.Context(), m)).To(Succeed())
+		err := env.Client.Create(t.Context(), m.DeepCopy())
+		NewWithT(t).Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		NewWithT(t).Expect(err.Error()).To(ContainSubstring("spec.infrastructureRef.kind"))
+		NewWithT(t).Expect(err.Error()).To(ContainSubstring("contract.converge.dev/infrastructure-machine=v1alpha1"))
+		// Stored around the webhook: Stalled, with the reason.
+		env.SkipValidationForLabelled(t)
+		m.Labels = map[string]string{testenv.NoValidationLabel: "true"}
+		NewWithT(t).Eventually(func() error { return env.Client.Create(t.Context(), m.DeepCopy()) }).WithTimeout(wait).Should(Succeed())
 		waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
-			c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.UnknownInfrastructureKindReason)
+			c := testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionFalse, machinev1alpha1.InfrastructureContractNotDeclaredReason)
+			g.Expect(c.Message).To(ContainSubstring("spec.infrastructureRef.kind"))
 			g.Expect(c.Message).To(ContainSubstring("NoSuchMachine"))
+			testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.StalledCondition, metav1.ConditionTrue, machinev1alpha1.InfrastructureContractNotDeclaredReason)
 			g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseFailed))
 		})
 	})

@@ -16,6 +16,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/testenv"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	"github.com/converge-dev/converge/pkg/contract/infrastructuremachine/conformance"
 )
 
@@ -35,7 +36,10 @@ func installExampleCRD(t *testing.T) {
 	g := NewWithT(t)
 	open := &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr(true)}
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "examplemachines.infra.example.test"},
+		// The label declares the contract: without it no Machine may name
+		// the kind.
+		ObjectMeta: metav1.ObjectMeta{Name: "examplemachines.infra.example.test",
+			Labels: map[string]string{pcontract.Label(pcontract.InfrastructureMachine): pcontract.Version}},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: exampleGVK.Group, Scope: apiextensionsv1.NamespaceScoped,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "examplemachines", Singular: "examplemachine", Kind: exampleGVK.Kind, ListKind: exampleGVK.Kind + "List"},

@@ -17,6 +17,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // ControllerName is the controller's name (for --controllers and metrics).
@@ -60,6 +61,9 @@ type Reconciler struct {
 	DrainTimeout time.Duration
 	// MaxConcurrentReconciles; 8 when zero.
 	MaxConcurrentReconciles int
+	// Contracts decides, from the cache, whether a kind declares the
+	// infrastructure-machine contract; SetupWithManager fills it.
+	Contracts pcontract.Checker
 
 	// providers watches each provider kind once a Machine refers to it, so
 	// that the controller never needs to know the providers in advance.
@@ -71,6 +75,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=machine.converge.dev,resources=machines/finalizers,verbs=update
 // +kubebuilder:rbac:groups=infrastructure.converge.dev,resources=qemumachines;kwokmachines,verbs=get;list;watch;patch;update;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -80,6 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	r.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	if r.DrainTimeout == 0 {
 		r.DrainTimeout = DefaultDrainTimeout
 	}

@@ -19,6 +19,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/drain"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
 
 // drainPoll is how often a drain in progress is looked at again.
@@ -82,17 +83,18 @@ func hooksWithPrefix(m *machinev1alpha1.Machine, prefix string) []string {
 }
 
 // machineNode returns the Node that is this Machine's (by status.nodeRef,
-// checked against status.providerID), or nil.
+// checked against its UID, status.providerID and the provider's
+// NodeOwnerAnnotation), or nil: a drain or a deletion never touches another.
 func (r *Reconciler) machineNode(ctx context.Context, m *machinev1alpha1.Machine) (*corev1.Node, error) {
-	if m.Status.NodeRef == nil || m.Status.ProviderID == "" {
+	if m.Status.NodeRef == nil || m.Status.NodeRef.UID == "" || m.Status.ProviderID == "" {
 		return nil, nil
 	}
 	n := &corev1.Node{}
 	if err := r.Get(ctx, types.NamespacedName{Name: m.Status.NodeRef.Name}, n); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if n.Spec.ProviderID != m.Status.ProviderID {
-		return nil, nil // not ours (any more)
+	if n.UID != m.Status.NodeRef.UID || n.Spec.ProviderID != m.Status.ProviderID || n.Annotations[contract.NodeOwnerAnnotation] == "" {
+		return nil, nil // not ours (any more), or never registered by a provider
 	}
 	return n, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 	"github.com/converge-dev/converge/pkg/contract/infrastructuremachine/conformance"
 )
 
@@ -55,6 +56,11 @@ func TestKwokMachinePowerCycle(t *testing.T) {
 	node := &corev1.Node{}
 	g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Name: got.Status.NodeRef.Name}, node)).To(Succeed())
 	g.Expect(node.Annotations).NotTo(HaveKey(kwokmachine.KwokNodeAnnotation), "kwok no longer serves the Node")
+	g.Expect(node.Labels).To(HaveKeyWithValue(kwokmachine.TenantLabel, ns), "the Node names its tenant")
+	g.Expect(node.Spec.Taints).To(ContainElement(kwokmachine.TenantTaint(ns)), "only the tenant's Pods land on it")
+	g.Expect(node.Annotations).To(HaveKeyWithValue(infrastructuremachine.NodeOwnerAnnotation, ns+"/m1/"+string(km.UID)),
+		"the Node names the provider object the Machine checks")
+	g.Expect(got.Status.NodeRef.UID).To(Equal(node.UID))
 	g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "m1"}, km)).To(Succeed())
 	g.Expect(km.Status.Conditions).To(ContainElement(HaveField("Reason", infrastructurev1alpha1.PoweredOffReason)))
 
@@ -74,7 +80,8 @@ func TestProvisioningAndNodeConflict(t *testing.T) {
 	ns := env.NewNamespace(t)
 	g := NewWithT(t)
 	// A Node that is not ours holds the name the KwokMachine wants.
-	squatter := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-" + ns + "-taken"}}
+	squatter := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: kwokmachine.NodeName(
+		&infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"}})}}
 	g.Expect(env.Client.Create(t.Context(), squatter)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(t.Context(), squatter) })
 	m := kwokPair(t, ns, "taken", nil)
@@ -98,4 +105,44 @@ func TestKwokMachineConformance(t *testing.T) {
 			NewWithT(t).Expect(env.Client.Create(t.Context(), &infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
 		},
 	})
+}
+
+// A KwokMachine's Node is tainted for its namespace: another namespace's Pod
+// that does not tolerate it is never scheduled there, the tenant's own Pod
+// that does is.
+func TestKwokNodeKeepsOtherTenantsPodsOff(t *testing.T) {
+	testenv.Need(t, env)
+	ns, other := env.NewNamespace(t), env.NewNamespace(t)
+	m := kwokPair(t, ns, "mine", nil)
+	got := waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
+		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.NodeHealthyCondition, metav1.ConditionTrue, machinev1alpha1.NodeReadyReason)
+	})
+	node := got.Status.NodeRef.Name
+	pod := func(ns, name string, tol []corev1.Toleration) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+			Containers:   []corev1.Container{{Name: "c", Image: "busybox"}}, Tolerations: tol}}
+		NewWithT(t).Expect(env.Client.Create(t.Context(), p)).To(Succeed())
+		return p
+	}
+	own := pod(ns, "own", []corev1.Toleration{{Key: kwokmachine.TenantLabel, Operator: corev1.TolerationOpEqual, Value: ns, Effect: corev1.TaintEffectNoSchedule}})
+	foreign := pod(other, "foreign", nil)
+	g := NewWithT(t)
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(own), own)).To(Succeed())
+		g.Expect(own.Spec.NodeName).To(Equal(node), "the tenant's tolerating Pod is scheduled there")
+	}).WithTimeout(wait).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), foreign)).To(Succeed())
+		var c *corev1.PodCondition
+		for i := range foreign.Status.Conditions {
+			if foreign.Status.Conditions[i].Type == corev1.PodScheduled {
+				c = &foreign.Status.Conditions[i]
+			}
+		}
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(corev1.PodReasonUnschedulable))
+		g.Expect(c.Message).To(ContainSubstring("untolerated taint"))
+	}).WithTimeout(wait).Should(Succeed())
+	g.Expect(foreign.Spec.NodeName).To(BeEmpty(), "another namespace's Pod never lands on the tenant's Node")
 }

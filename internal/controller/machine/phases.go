@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +19,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
 
@@ -104,18 +104,22 @@ func (r *Reconciler) getInfrastructure(ctx context.Context, s *scope) error {
 	ref := s.m.Spec.InfrastructureRef
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		s.blockedReason, s.blockedMessage, s.failed = machinev1alpha1.UnknownInfrastructureKindReason,
+		s.blockedReason, s.blockedMessage, s.failed = machinev1alpha1.InfrastructureContractNotDeclaredReason,
 			fmt.Sprintf("spec.infrastructureRef.apiVersion %q: %v", ref.APIVersion, err), true
 		return nil
 	}
 	gvk := gv.WithKind(ref.Kind)
-	if _, err := r.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-		if meta.IsNoMatchError(err) {
-			s.blockedReason, s.blockedMessage, s.failed = machinev1alpha1.UnknownInfrastructureKindReason,
-				fmt.Sprintf("the API server does not serve %s (is its provider installed?)", gvk), true
+	// The kind must declare the contract (a labelled, namespaced CRD)
+	// before anything of it is read or watched: a core kind (Node, Secret)
+	// or another foreign kind would otherwise be cached cluster-wide,
+	// patched and deleted on the tenant's word.
+	if err := r.Contracts.Check(ctx, gvk, pcontract.InfrastructureMachine); err != nil {
+		if pcontract.IsNotDeclared(err) {
+			s.blockedReason, s.blockedMessage, s.failed = machinev1alpha1.InfrastructureContractNotDeclaredReason,
+				"spec.infrastructureRef.kind: "+err.Error()+"; nothing of it is read, watched, changed or deleted", true
 			return nil
 		}
-		return fmt.Errorf("looking up %s: %w", gvk, err)
+		return fmt.Errorf("checking the contract of %s: %w", gvk, err)
 	}
 	if err := r.providers.Watch(gvk); err != nil {
 		return err
@@ -228,7 +232,17 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) {
 		return
 	}
 	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes, client.MatchingFields{nodeProviderIDIndex: st.ProviderID}); err == nil && len(nodes.Items) > 0 {
-		s.node = &nodes.Items[0]
+	if err := r.List(ctx, nodes, client.MatchingFields{nodeProviderIDIndex: st.ProviderID}); err != nil {
+		return
+	}
+	// Only a Node the provider registered for this very object is the
+	// Machine's: spec.providerID is a value a tenant may write, the
+	// annotation (on a Node, which tenants cannot write) is not.
+	owner := contract.NodeOwner(s.infra)
+	for i := range nodes.Items {
+		if nodes.Items[i].Annotations[contract.NodeOwnerAnnotation] == owner {
+			s.node = &nodes.Items[i]
+			return
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
@@ -34,6 +35,11 @@ func setStatus(s *scope, ok bool) {
 	setNodeHealthy(s)
 	setReady(s)
 	m.Status.Phase = phase(s)
+	if s.failed {
+		setCondition(m, machinev1alpha1.StalledCondition, metav1.ConditionTrue, s.blockedReason, s.blockedMessage)
+	} else {
+		meta.RemoveStatusCondition(&m.Status.Conditions, machinev1alpha1.StalledCondition)
+	}
 	if ok {
 		m.Status.ObservedGeneration = m.Generation
 	}
@@ -68,7 +74,7 @@ func setNodeHealthy(s *scope) {
 		}
 		return
 	}
-	m.Status.NodeRef = &machinev1alpha1.NodeReference{Name: s.node.Name}
+	m.Status.NodeRef = &machinev1alpha1.NodeReference{Name: s.node.Name, UID: s.node.UID}
 	for _, c := range s.node.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 			setCondition(m, machinev1alpha1.NodeHealthyCondition, metav1.ConditionTrue, machinev1alpha1.NodeReadyReason, "Node "+s.node.Name+" is Ready")

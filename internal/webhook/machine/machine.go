@@ -16,6 +16,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
 
@@ -23,10 +24,16 @@ import (
 // +kubebuilder:webhook:path=/validate-machine-converge-dev-v1alpha1-machine,mutating=false,failurePolicy=fail,sideEffects=None,groups=machine.converge.dev,resources=machines,verbs=create;update,versions=v1alpha1,name=vmachine.machine.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // Machine defaults and validates Machines.
-type Machine struct{}
+type Machine struct {
+	// Contracts answers, from the manager's cache, whether the kind of
+	// spec.infrastructureRef declares the infrastructure-machine contract;
+	// SetupWithManager fills it.
+	Contracts pcontract.Checker
+}
 
 // SetupWithManager registers the webhooks with the manager's webhook server.
 func (w Machine) SetupWithManager(mgr ctrl.Manager) error {
+	w.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	return ctrl.NewWebhookManagedBy(mgr, &machinev1alpha1.Machine{}).WithDefaulter(w).WithValidator(w).Complete()
 }
 
@@ -46,9 +53,35 @@ func (Machine) Default(_ context.Context, m *machinev1alpha1.Machine) error {
 	return nil
 }
 
-// ValidateCreate checks a new Machine.
-func (Machine) ValidateCreate(_ context.Context, m *machinev1alpha1.Machine) (admission.Warnings, error) {
-	return nil, toStatus(m.Name, ValidateSpec(&m.Spec, field.NewPath("spec")))
+// ValidateCreate checks a new Machine; its infrastructureRef must name a
+// kind declaring the infrastructure-machine contract (checked once: the
+// reference is immutable).
+func (w Machine) ValidateCreate(ctx context.Context, m *machinev1alpha1.Machine) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	errs := ValidateSpec(&m.Spec, p)
+	if len(errs) == 0 {
+		e, err := w.checkContract(ctx, &m.Spec, p)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, e...)
+	}
+	return nil, toStatus(m.Name, errs)
+}
+
+// checkContract refuses, naming spec.infrastructureRef.kind, a kind that is
+// not a namespaced kind whose CRD carries the contract label.
+func (w Machine) checkContract(ctx context.Context, spec *machinev1alpha1.MachineSpec, p *field.Path) (field.ErrorList, error) {
+	ref := spec.InfrastructureRef
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion) // ValidateSpec parsed it
+	if err := w.Contracts.Check(ctx, gv.WithKind(ref.Kind), pcontract.InfrastructureMachine); err != nil {
+		if pcontract.IsNotDeclared(err) {
+			return field.ErrorList{field.Invalid(p.Child("infrastructureRef", "kind"), ref.Kind, err.Error()+
+				" (a provider's CRD declares it with the label "+pcontract.Label(pcontract.InfrastructureMachine)+"="+pcontract.Version+")")}, nil
+		}
+		return nil, apierrors.NewInternalError(err)
+	}
+	return nil, nil
 }
 
 // ValidateUpdate checks a change; infrastructureRef is immutable.

@@ -50,3 +50,14 @@ func TestValidate(t *testing.T) {
 	_, err = Machine{}.ValidateUpdate(t.Context(), old, cur)
 	g.Expect(err).NotTo(HaveOccurred(), "metadata-only changes pass")
 }
+
+// spec.providerID: empty or the object's own, nothing else.
+func TestValidateProviderID(t *testing.T) {
+	g := NewWithT(t)
+	gk := machinev1alpha1.GroupVersion.WithKind("KwokMachine").GroupKind()
+	g.Expect(ValidateProviderID(gk, "m", "", "kwok://ns/m")).To(Succeed())
+	g.Expect(ValidateProviderID(gk, "m", "kwok://ns/m", "kwok://ns/m")).To(Succeed())
+	err := ValidateProviderID(gk, "m", "kwok://victim/m", "kwok://ns/m")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring("spec.providerID"))
+}

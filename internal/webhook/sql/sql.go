@@ -17,16 +17,23 @@ import (
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // +kubebuilder:webhook:path=/mutate-sql-converge-dev-v1alpha1-database,mutating=true,failurePolicy=fail,sideEffects=None,groups=sql.converge.dev,resources=databases,verbs=create;update,versions=v1alpha1,name=mdatabase.sql.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/validate-sql-converge-dev-v1alpha1-database,mutating=false,failurePolicy=fail,sideEffects=None,groups=sql.converge.dev,resources=databases,verbs=create;update,versions=v1alpha1,name=vdatabase.sql.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // Database defaults and validates Databases.
-type Database struct{}
+type Database struct {
+	// Contracts answers, from the manager's cache, whether the kind of
+	// spec.instanceRef declares the database-instance contract;
+	// SetupWithManager fills it.
+	Contracts pcontract.Checker
+}
 
 // SetupWithManager registers the webhooks with the manager's webhook server.
 func (w Database) SetupWithManager(mgr ctrl.Manager) error {
+	w.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	return ctrl.NewWebhookManagedBy(mgr, &sqlv1alpha1.Database{}).WithDefaulter(w).WithValidator(w).Complete()
 }
 
@@ -57,9 +64,24 @@ func defaultOwner(db string) string {
 	return db + suffix
 }
 
-// ValidateCreate checks a new Database.
-func (Database) ValidateCreate(_ context.Context, d *sqlv1alpha1.Database) (admission.Warnings, error) {
-	return nil, toStatus("Database", d.Name, ValidateDatabaseSpec(d.Name, &d.Spec, field.NewPath("spec")))
+// ValidateCreate checks a new Database; its instanceRef must name a kind
+// declaring the database-instance contract (checked once: the reference is
+// immutable).
+func (w Database) ValidateCreate(ctx context.Context, d *sqlv1alpha1.Database) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	errs := ValidateDatabaseSpec(d.Name, &d.Spec, p)
+	if len(errs) == 0 {
+		ref := d.Spec.InstanceRef
+		gv, _ := schema.ParseGroupVersion(ref.APIVersion) // ValidateDatabaseSpec parsed it
+		if err := w.Contracts.Check(ctx, gv.WithKind(ref.Kind), pcontract.DatabaseInstance); err != nil {
+			if !pcontract.IsNotDeclared(err) {
+				return nil, apierrors.NewInternalError(err)
+			}
+			errs = append(errs, field.Invalid(p.Child("instanceRef", "kind"), ref.Kind, err.Error()+
+				" (an instance kind's CRD declares it with the label "+pcontract.Label(pcontract.DatabaseInstance)+"="+pcontract.Version+")"))
+		}
+	}
+	return nil, toStatus("Database", d.Name, errs)
 }
 
 // ValidateUpdate checks a change; the server-facing identity is immutable.

@@ -147,6 +147,20 @@ func (e *ViolationError) Error() string {
 	return "the provider object does not honour the infrastructure-machine contract: " + strings.Join(e.Problems, "; ")
 }
 
+// NodeOwnerAnnotation is set by a provider on each Node it registers (or
+// has its machine's kubelet register) for a provider object; its value is
+// NodeOwner of that object. The Machine controller claims, drains and
+// deletes only a Node carrying its provider object's value: a Node found by
+// spec.providerID alone (a value a tenant may write) is never claimed.
+// Tenants cannot write Nodes, so they cannot forge it.
+const NodeOwnerAnnotation = "machine.converge.dev/provider-object"
+
+// NodeOwner is the value of NodeOwnerAnnotation for a provider object:
+// "<namespace>/<name>/<uid>".
+func NodeOwner(o metav1.Object) string {
+	return o.GetNamespace() + "/" + o.GetName() + "/" + string(o.GetUID())
+}
+
 // IsViolation reports whether err is a contract violation.
 func IsViolation(err error) bool {
 	var v *ViolationError
