@@ -80,6 +80,8 @@ type analysis struct {
 	// params: package path -> function or method name -> asserted params.
 	params map[string]map[string][]bool
 	funcs  map[string]map[string]*ast.FuncType
+	// testTypes: package path -> type declared in its _test.go files.
+	testTypes map[string]map[string]bool
 }
 
 // analyze parses the module at root (skipping testdata, vendor, bin and
@@ -87,7 +89,7 @@ type analysis struct {
 // and only mentioned.
 func analyze(root, module string) ([]*reason, error) {
 	fset := token.NewFileSet()
-	a := &analysis{fset: fset, vars: map[token.Pos]map[string]bool{}, fields: map[string]map[string]bool{}, params: map[string]map[string][]bool{}, funcs: map[string]map[string]*ast.FuncType{}}
+	a := &analysis{fset: fset, vars: map[token.Pos]map[string]bool{}, fields: map[string]map[string]bool{}, params: map[string]map[string][]bool{}, funcs: map[string]map[string]*ast.FuncType{}, testTypes: map[string]map[string]bool{}}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -173,8 +175,16 @@ func analyze(root, module string) ([]*reason, error) {
 		}
 	}
 
-	// Functions, for helper parameters.
+	// Functions, for helper parameters; types of the tests, for tables.
 	for _, f := range a.files {
+		if f.isTest {
+			ast.Inspect(f.ast, func(n ast.Node) bool {
+				if ts, ok := n.(*ast.TypeSpec); ok {
+					add(a.testTypes, f.pkg, ts.Name.Name)
+				}
+				return true
+			})
+		}
 		for _, d := range f.ast.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				if a.funcs[f.pkg] == nil {
@@ -205,7 +215,7 @@ func analyze(root, module string) ([]*reason, error) {
 				default:
 					return
 				}
-				if fn == nil || !a.assertedAt(f, fn, stack) {
+				if fn == nil || !a.assertedAtAs(f, fn, stack, true) {
 					return
 				}
 				if isField {
@@ -320,26 +330,47 @@ func analyze(root, module string) ([]*reason, error) {
 //
 // Anything else — a log line, a t.Run name, a Skip, a message, a fixture's
 // input — is a mention.
+//
+// For a name (a variable, a field x.f, a parameter) the test is stricter,
+// because a name also carries a test's input: it must be in the matcher of
+// a gomega chain (not its actual value), or compared itself (== or !=, or
+// an argument of a DeepEqual, Diff, Equal, Contains…) in a failing if.
 func (a *analysis) assertedAt(f *file, fn *ast.FuncDecl, stack []ast.Node) bool {
+	return a.assertedAtAs(f, fn, stack, false)
+}
+
+var comparers = map[string]bool{"DeepEqual": true, "Diff": true, "Equal": true, "EqualValues": true, "Contains": true, "HasPrefix": true, "HasSuffix": true, "EqualFold": true}
+
+func (a *analysis) assertedAtAs(f *file, fn *ast.FuncDecl, stack []ast.Node, name bool) bool {
 	compared := false
+	direct := true // only selectors, stars, parens and indexes so far
 	for i := len(stack) - 2; i >= 0; i-- {
 		child, n := stack[i+1], stack[i]
 		switch n := n.(type) {
 		case *ast.CallExpr:
-			name := calleeName(n.Fun)
-			if gomegaEnds[name] && isGomegaChain(n.Fun) {
-				return child == n.Fun || (len(n.Args) > 0 && child == n.Args[0])
+			callee := calleeName(n.Fun)
+			if direct && comparers[callee] && argIndex(n, child) >= 0 {
+				compared = true
+			}
+			direct = false
+			if gomegaEnds[callee] && isGomegaChain(n.Fun) {
+				return (child == n.Fun && !name) || (len(n.Args) > 0 && child == n.Args[0])
 			}
 			if k := argIndex(n, child); k >= 0 {
-				if assertHelpers[name] || a.paramAsserted(f, n.Fun, k) || a.closureParamAsserted(fn, n.Fun, k) {
+				if assertHelpers[callee] || a.paramAsserted(f, n.Fun, k) || a.closureParamAsserted(fn, n.Fun, k) {
 					return true
 				}
 			}
 		case *ast.BinaryExpr:
-			if n.Op == token.EQL || n.Op == token.NEQ {
+			if (n.Op == token.EQL || n.Op == token.NEQ) && (direct || !name) {
 				compared = true
 			}
+			direct = false
+		case *ast.SelectorExpr, *ast.StarExpr, *ast.ParenExpr, *ast.IndexExpr:
 		case *ast.IfStmt:
+			if name && !compared {
+				return false
+			}
 			return child == n.Cond && (fails(n.Body) || (n.Else != nil && fails(n.Else)))
 		case *ast.ReturnStmt:
 			// return a == b, in a func literal given to Eventually & co.
@@ -358,7 +389,10 @@ func (a *analysis) assertedAt(f *file, fn *ast.FuncDecl, stack []ast.Node) bool 
 				return false
 			}
 			if k, ok := n.Key.(*ast.Ident); ok && i > 0 {
-				if _, ok := stack[i-1].(*ast.CompositeLit); ok && a.fields[a.typePkg(f, stack[:i])][k.Name] {
+				if _, ok := stack[i-1].(*ast.CompositeLit); !ok {
+					return false
+				}
+				if pkg, ok := a.typePkg(f, stack[:i]); ok && a.fields[pkg][k.Name] {
 					return true
 				}
 			}
@@ -397,6 +431,8 @@ func (a *analysis) assertedAt(f *file, fn *ast.FuncDecl, stack []ast.Node) bool 
 			return false
 		case *ast.FuncLit, ast.Stmt, ast.Decl:
 			return false
+		default:
+			direct = false
 		}
 	}
 	return false
@@ -404,8 +440,12 @@ func (a *analysis) assertedAt(f *file, fn *ast.FuncDecl, stack []ast.Node) bool 
 
 // typePkg is the package whose field names the keys of the composite
 // literal at the top of stack are: an imported package's for pkg.T{…} (or
-// an element of []pkg.T{…}, map[K]pkg.T{…}), else the file's own.
-func (a *analysis) typePkg(f *file, stack []ast.Node) string {
+// an element of []pkg.T{…}, map[K]pkg.T{…}), else the file's own. It is
+// false for a type of the file's own package declared outside its tests:
+// such a literal builds the product's own values (an input), while a test
+// table is an anonymous struct or a type its tests declare, and an imported
+// type is a harness whose code asserts its fields.
+func (a *analysis) typePkg(f *file, stack []ast.Node) (string, bool) {
 	var t ast.Expr
 	elided := 0
 	for i := len(stack) - 1; i >= 0 && t == nil; i-- {
@@ -428,7 +468,7 @@ func (a *analysis) typePkg(f *file, stack []ast.Node) string {
 				t = tt.X
 				elided++
 			default:
-				return f.pkg
+				return f.pkg, false
 			}
 		}
 	}
@@ -439,12 +479,17 @@ func (a *analysis) typePkg(f *file, stack []ast.Node) string {
 		}
 		t = st.X
 	}
-	if sel, ok := t.(*ast.SelectorExpr); ok {
-		if x, ok := sel.X.(*ast.Ident); ok {
-			return f.imports[x.Name]
+	switch t := t.(type) {
+	case *ast.SelectorExpr:
+		if x, ok := t.X.(*ast.Ident); ok {
+			return f.imports[x.Name], true
 		}
+	case *ast.StructType:
+		return f.pkg, true
+	case *ast.Ident:
+		return f.pkg, a.testTypes[f.pkg][t.Name]
 	}
-	return f.pkg
+	return f.pkg, false
 }
 
 // closureParamAsserted reports whether fun names a function literal
