@@ -17,10 +17,7 @@
 package reasons
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -35,198 +32,55 @@ import (
 // proving it.
 var unasserted = map[string]string{}
 
-// reason is one declared constant.
-type reason struct {
-	pkg   string // import path of the api package
-	name  string // constant name
-	value string
-	decl  string // file:line of the declaration
-	set   []string
-	tests []string
-}
-
-func (r *reason) key() string { return shortPkg(r.pkg) + "." + r.name }
-
-func shortPkg(p string) string {
-	i := strings.Index(p, "/api/")
-	if i < 0 {
-		return p
-	}
-	return p[i+1:]
-}
-
 func TestEveryReasonIsSetAndAsserted(t *testing.T) {
 	root, module := moduleRoot(t)
-	fset := token.NewFileSet()
-
-	type file struct {
-		path    string
-		dir     string
-		ast     *ast.File
-		isTest  bool
-		imports map[string]string // local name -> import path
-	}
-	var files []file
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata" || name == "vendor" || name == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		imports := map[string]string{}
-		for _, imp := range f.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			name := p[strings.LastIndex(p, "/")+1:]
-			if imp.Name != nil {
-				name = imp.Name.Name
-			}
-			imports[name] = p
-		}
-		files = append(files, file{path: path, dir: filepath.Dir(path), ast: f, isTest: strings.HasSuffix(path, "_test.go"), imports: imports})
-		return nil
-	})
+	all, err := analyze(root, module)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	pkgOf := func(dir string) string {
-		rel, _ := filepath.Rel(root, dir)
-		return module + "/" + filepath.ToSlash(rel)
-	}
-	rel := func(pos token.Pos) string {
-		p := fset.Position(pos)
-		r, _ := filepath.Rel(root, p.Filename)
-		return r + ":" + strconv.Itoa(p.Line)
-	}
-
-	// Declarations.
-	reasons := map[string]map[string]*reason{} // pkg -> name -> reason
-	byValue := map[string]map[string][]*reason{}
-	declPos := map[token.Pos]bool{}
-	for _, f := range files {
-		if f.isTest || !strings.HasPrefix(filepath.ToSlash(mustRel(root, f.path)), "api/") {
-			continue
-		}
-		for _, d := range f.ast.Decls {
-			gd, ok := d.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
-			}
-			for _, s := range gd.Specs {
-				vs := s.(*ast.ValueSpec)
-				for i, n := range vs.Names {
-					if !strings.HasSuffix(n.Name, "Reason") || i >= len(vs.Values) {
-						continue
-					}
-					lit, ok := vs.Values[i].(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
-						continue
-					}
-					v, _ := strconv.Unquote(lit.Value)
-					pkg := pkgOf(f.dir)
-					if reasons[pkg] == nil {
-						reasons[pkg] = map[string]*reason{}
-						byValue[pkg] = map[string][]*reason{}
-					}
-					r := &reason{pkg: pkg, name: n.Name, value: v, decl: rel(n.Pos())}
-					reasons[pkg][n.Name] = r
-					byValue[pkg][v] = append(byValue[pkg][v], r)
-					declPos[n.Pos()] = true
-				}
-			}
-		}
-	}
-	if len(reasons) == 0 {
+	if len(all) == 0 {
 		t.Fatal("no *Reason constants found under api/: is the module root right?")
 	}
-
-	// References.
-	for _, f := range files {
-		pkg := pkgOf(f.dir)
-		record := func(r *reason, pos token.Pos) {
-			if f.isTest {
-				r.tests = append(r.tests, rel(pos))
-			} else {
-				r.set = append(r.set, rel(pos))
-			}
-		}
-		ast.Inspect(f.ast, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.SelectorExpr:
-				x, ok := n.X.(*ast.Ident)
-				if !ok {
-					return true
-				}
-				if p, ok := f.imports[x.Name]; ok {
-					if r := reasons[p][n.Sel.Name]; r != nil {
-						record(r, n.Pos())
-					}
-				}
-				return false
-			case *ast.Ident:
-				// A bare name inside the declaring package.
-				if r := reasons[pkg][n.Name]; r != nil && !declPos[n.Pos()] {
-					record(r, n.Pos())
-				}
-			case *ast.BasicLit:
-				if !f.isTest || n.Kind != token.STRING {
-					return true
-				}
-				v, err := strconv.Unquote(n.Value)
-				if err != nil {
-					return true
-				}
-				for _, p := range f.imports {
-					for _, r := range byValue[p][v] {
-						r.tests = append(r.tests, rel(n.Pos())+" (as \""+v+"\")")
-					}
-				}
-			}
-			return true
-		})
+	for _, msg := range verdicts(all, unasserted) {
+		t.Error(msg)
 	}
-
-	var all []*reason
-	for _, m := range reasons {
-		for _, r := range m {
-			all = append(all, r)
-		}
+	for _, r := range all {
+		t.Logf("%s = %q (%s)\n  set at:       %s\n  asserted at:  %s\n  mentioned at: %s", r.key(), r.value, r.decl, list(r.set), list(r.asserted), list(r.mentioned))
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].key() < all[j].key() })
+}
 
+// verdicts are the failures of the check: reasons nothing sets, reasons no
+// test asserts (naming where tests only mention them), and allow-list
+// entries that are stale.
+func verdicts(all []*reason, allow map[string]string) []string {
+	var out []string
 	seen := map[string]bool{}
 	for _, r := range all {
 		k := r.key()
 		seen[k] = true
-		t.Logf("%s = %q (%s)\n  set at:      %s\n  asserted at: %s", k, r.value, r.decl, list(r.set), list(r.tests))
 		if len(r.set) == 0 {
-			t.Errorf("%s (%q, %s) is declared but no code sets it: set it where that failure happens, or remove it", k, r.value, r.decl)
+			out = append(out, fmt.Sprintf("%s (%q, %s) is declared but no code sets it: set it where that failure happens, or remove it", k, r.value, r.decl))
 		}
-		why, allowed := unasserted[k]
+		why, allowed := allow[k]
 		switch {
-		case len(r.tests) == 0 && !allowed:
-			t.Errorf("%s (%q, %s) is asserted by no test: write a test that makes this happen and asserts the reason by name", k, r.value, r.decl)
-		case len(r.tests) > 0 && allowed:
-			t.Errorf("%s is now asserted (%s): remove it from the allow-list in test/reasons (was: %s)", k, r.tests[0], why)
+		case len(r.asserted) == 0 && !allowed:
+			msg := fmt.Sprintf("%s (%q, %s) is asserted by no test: write a test that makes this happen and asserts the reason inside an assertion (docs/testing.md, \"What counts as an assertion\")", k, r.value, r.decl)
+			if len(r.mentioned) > 0 {
+				msg += "; tests only mention it at:\n\t" + strings.Join(r.mentioned, "\n\t")
+			}
+			out = append(out, msg)
+		case len(r.asserted) > 0 && allowed:
+			out = append(out, fmt.Sprintf("%s is now asserted (%s): remove it from the allow-list in test/reasons (was: %s)", k, r.asserted[0], why))
 		}
 	}
-	for k := range unasserted {
+	var stale []string
+	for k := range allow {
 		if !seen[k] {
-			t.Errorf("allow-list entry %s names no declared reason: remove it", k)
+			stale = append(stale, fmt.Sprintf("allow-list entry %s names no declared reason: remove it", k))
 		}
 	}
+	sort.Strings(stale)
+	return append(out, stale...)
 }
 
 func list(s []string) string {
@@ -238,14 +92,6 @@ func list(s []string) string {
 		return strings.Join(s[:most], ", ") + ", … (" + strconv.Itoa(len(s)) + ")"
 	}
 	return strings.Join(s, ", ")
-}
-
-func mustRel(root, p string) string {
-	r, err := filepath.Rel(root, p)
-	if err != nil {
-		return p
-	}
-	return r
 }
 
 // moduleRoot finds go.mod above the working directory and returns its

@@ -91,13 +91,9 @@ func TestRolloutReasons(t *testing.T) {
 	testenv.Eventually(g, log.saw(workloadsv1alpha1.ProgressingCondition, workloadsv1alpha1.PausedReason)).Should(BeTrue())
 	g.Expect(rollout.SetPaused(ctx, env.Client, key, false)).To(Succeed())
 	waitComplete(ctx, g, d)
-	for _, r := range []struct{ typ, reason string }{
-		{workloadsv1alpha1.ProgressingCondition, workloadsv1alpha1.ResumedReason},
-		{workloadsv1alpha1.ProgressingCondition, workloadsv1alpha1.ReplicaSetUpdatedReason},
-		{workloadsv1alpha1.ReadyCondition, workloadsv1alpha1.RollingOutReason},
-	} {
-		testenv.Eventually(g, log.saw(r.typ, r.reason)).Should(BeTrue(), "%s=%s during the rollout", r.typ, r.reason)
-	}
+	testenv.Eventually(g, log.saw(workloadsv1alpha1.ProgressingCondition, workloadsv1alpha1.ResumedReason)).Should(BeTrue(), "Progressing=DeploymentResumed during the rollout")
+	testenv.Eventually(g, log.saw(workloadsv1alpha1.ProgressingCondition, workloadsv1alpha1.ReplicaSetUpdatedReason)).Should(BeTrue(), "Progressing=ReplicaSetUpdated during the rollout")
+	testenv.Eventually(g, log.saw(workloadsv1alpha1.ReadyCondition, workloadsv1alpha1.RollingOutReason)).Should(BeTrue(), "Ready=RollingOut during the rollout")
 
 	// Pods that never become Ready: Available=False.
 	un := newDeployment(ns, "unavailable", 1)

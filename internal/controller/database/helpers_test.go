@@ -73,6 +73,7 @@ func waitReady(t *testing.T, d *sqlv1alpha1.Database) {
 		ready := meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition)
 		g.Expect(ready).NotTo(BeNil())
 		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready: %s: %s", ready.Reason, ready.Message)
+		g.Expect(ready.Reason).To(Equal(sqlv1alpha1.AvailableReason), ready.Message)
 	}).WithTimeout(60 * time.Second).Should(Succeed())
 }
 

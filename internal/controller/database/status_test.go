@@ -36,6 +36,8 @@ func TestComputeStatus(t *testing.T) {
 		computeStatus(s)
 		g.Expect(meta.IsStatusConditionFalse(d.Status.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue())
 		g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, sqlv1alpha1.StalledCondition)).To(BeTrue())
+		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.ReadyCondition).Reason).To(Equal(sqlv1alpha1.UnsupportedReason))
+		g.Expect(meta.FindStatusCondition(d.Status.Conditions, sqlv1alpha1.StalledCondition).Reason).To(Equal(sqlv1alpha1.UnsupportedReason))
 		// Recovering removes Stalled.
 		s = newScope(d, now)
 		s.available = true
