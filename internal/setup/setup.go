@@ -651,7 +651,9 @@ func newCache(o Options, secretBudget *secretcache.Budget) cache.NewCacheFunc {
 		if err != nil {
 			return nil, fmt.Errorf("building the manager's Secret reader: %w", err)
 		}
-		inf, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false))
+		// A NewCacheFunc is given no context; the informer is only made
+		// here (not waited for), and runs when the manager starts the cache.
+		inf, err := c.GetInformer(context.Background(), &corev1.Secret{}, cache.BlockUntilSynced(false)) //nolint:forbidigo // see above
 		if err != nil {
 			return nil, fmt.Errorf("building the manager's Secret informer: %w", err)
 		}

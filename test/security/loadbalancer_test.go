@@ -137,7 +137,7 @@ func TestListenersPerNamespaceAreBounded(t *testing.T) {
 		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false)}}
 		for i := range n {
-			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)}) //nolint:gosec // small
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)})
 		}
 		g.Expect(tn.Client.Create(ctx, s)).To(Succeed())
 		return s

@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -147,7 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	rq, badAddr := request(svc, ns.Labels)
 	if badAddr != "" {
-		return ctrl.Result{}, r.setCondition(ctx, svc, nil, metav1.ConditionFalse, lbv1alpha1.AddressUnavailableReason,
+		return ctrl.Result{}, r.setNotReady(ctx, svc, nil, lbv1alpha1.AddressUnavailableReason,
 			fmt.Sprintf("annotation %s: %q is not an IPv4 address", lbv1alpha1.AddressAnnotation, badAddr))
 	}
 	if n := listeners(pools, rq); r.MaxListenersPerNamespace > 0 && n > r.MaxListenersPerNamespace {
@@ -157,7 +156,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.release(ctx, current, ""); err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.setCondition(ctx, svc, []corev1.LoadBalancerIngress{}, metav1.ConditionFalse, lbv1alpha1.ListenerLimitExceededReason, msg)
+		return ctrl.Result{}, r.setNotReady(ctx, svc, []corev1.LoadBalancerIngress{}, lbv1alpha1.ListenerLimitExceededReason, msg)
 	}
 	// Keep a valid assignment; update its ports and key in place.
 	for _, h := range current {
@@ -187,7 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.release(ctx, current, ""); err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.setCondition(ctx, svc, []corev1.LoadBalancerIngress{}, metav1.ConditionFalse, d.Reason, d.Message)
+		return ctrl.Result{}, r.setNotReady(ctx, svc, []corev1.LoadBalancerIngress{}, d.Reason, d.Message)
 	}
 	var pool *lbv1alpha1.IPAddressPool
 	for i := range pools {

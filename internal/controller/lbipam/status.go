@@ -54,14 +54,14 @@ func poolStatus(p lbipam.Pool) {
 		lbv1alpha1.AddressesAvailableReason, fmt.Sprintf("%d of %d addresses free", available, int64(assigned)+available))
 }
 
-// setCondition sets LoadBalancerReady (and, when ingress is non-nil, the
+// setNotReady sets LoadBalancerReady=False (and, when ingress is non-nil, the
 // ingress) on the Service through reconcile's StatusPatcher: skipped when
 // unchanged, optimistic-locked, and on conflict only this change is
 // re-applied, so the agent's concurrent write is not lost.
-func (r *Reconciler) setCondition(ctx context.Context, svc *corev1.Service, ingress []corev1.LoadBalancerIngress, status metav1.ConditionStatus, reason, msg string) error {
+func (r *Reconciler) setNotReady(ctx context.Context, svc *corev1.Service, ingress []corev1.LoadBalancerIngress, reason, msg string) error {
 	p := reconcile.NewStatusPatcher(r.Client, svc)
 	after := svc.DeepCopy()
-	reconcile.SetCondition(&after.Status.Conditions, svc.Generation, lbv1alpha1.LoadBalancerReadyCondition, status, reason, msg)
+	reconcile.SetCondition(&after.Status.Conditions, svc.Generation, lbv1alpha1.LoadBalancerReadyCondition, metav1.ConditionFalse, reason, msg)
 	if ingress != nil {
 		after.Status.LoadBalancer.Ingress = ingress
 	}
@@ -89,7 +89,7 @@ func (r *Reconciler) assigned(ctx context.Context, svc *corev1.Service, addr str
 	if stale {
 		ingress = []corev1.LoadBalancerIngress{}
 	}
-	return r.setCondition(ctx, svc, ingress, metav1.ConditionFalse, lbv1alpha1.AwaitingAnnouncementReason,
+	return r.setNotReady(ctx, svc, ingress, lbv1alpha1.AwaitingAnnouncementReason,
 		fmt.Sprintf("address %s assigned; waiting for an agent to announce it and reach an endpoint through it", addr))
 }
 
