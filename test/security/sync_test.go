@@ -2,9 +2,7 @@ package security
 
 import (
 	"context"
-	"encoding/pem"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/sync"
 	"github.com/converge-dev/converge/internal/gitops/gittest"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
-	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
+	"github.com/converge-dev/converge/internal/webhookcert"
 )
 
 // The attacks of this file are the tenant's Syncs: what git holds is the
@@ -395,22 +392,40 @@ func requestReconcile(t *testing.T, tn *tenant, sync string) {
 }
 
 // TestSyncWithoutServiceAccountInLockdownIsRefused: the admission side of
-// lockdown without a default service account, through the real API server:
-// the Sync webhook as such a manager serves it (setup wires
-// RequireServiceAccount from --gitops-lockdown and an empty
-// --gitops-default-service-account), registered for the tenant's namespace
-// only. A Sync naming no ServiceAccount is refused naming the field and how
-// to grant rights; naming one is admitted.
+// lockdown without a default service account, through the real API server
+// and the real wiring: a manager built by setup.New with
+// Options.GitOps.Lockdown and no default service account (what
+// --gitops-lockdown with an empty --gitops-default-service-account does)
+// serves its webhooks, registered for the tenant's namespace only. A Sync
+// naming no ServiceAccount is refused naming the field and how to grant
+// rights; naming one is admitted.
 func TestSyncWithoutServiceAccountInLockdownIsRefused(t *testing.T) {
 	t.Parallel()
 	a := newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	hook := admission.WithValidator[*gitopsv1alpha1.Sync](setup.Scheme(), webhookgitops.Sync{RequireServiceAccount: true})
-	srv := httptest.NewTLSServer(hook)
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	url := srv.URL + "/validate"
+	port, err := testenv.FreePort()
+	g.Expect(err).NotTo(HaveOccurred())
+	// Another tool (as Helm or cert-manager would) issued the serving
+	// certificate; the manager serves it and injects nothing.
+	certDir := t.TempDir()
+	bundle, err := webhookcert.Issue([]string{"127.0.0.1"}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(webhookcert.DirStore{Dir: certDir}.Save(ctx, nil, bundle)).To(Succeed())
+	ca := bundle.CACert
+	env.StartManager(t, func(o *setup.Options) {
+		chartDefaults(o)
+		o.Controllers = nil
+		for _, n := range setup.ControllerNames() {
+			o.Controllers = append(o.Controllers, "-"+n)
+		}
+		o.ShardKey = "lockdown-webhook-" + a.NS
+		o.GitOps.CacheDir = t.TempDir()
+		o.GitOps.Lockdown = true
+		o.GitOps.DefaultServiceAccount = ""
+		o.Webhook = setup.WebhookOptions{Host: "127.0.0.1", Port: port, CertDir: certDir, Hosts: []string{"127.0.0.1"}}
+	})
+	url := fmt.Sprintf("https://127.0.0.1:%d/validate-gitops-converge-dev-v1alpha1-sync", port)
 	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "lockdown-" + a.NS},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
@@ -431,13 +446,14 @@ func TestSyncWithoutServiceAccountInLockdownIsRefused(t *testing.T) {
 
 	sy := tenantSync(a, "no-identity", "app")
 	sy.Spec.ServiceAccountName = ""
-	// The API server picks up a new webhook configuration within moments.
+	// The API server picks up a new webhook configuration (and the manager
+	// starts serving) within moments.
 	testenv.Eventually(g, func(g Gomega) {
 		err := a.Client.Create(ctx, sy.DeepCopy())
 		g.Expect(err).To(MatchError(ContainSubstring("spec.serviceAccountName: Required value")))
 		g.Expect(err).To(MatchError(ContainSubstring("create rolebinding")))
 	}).Should(Succeed())
-	err := env.Client.Get(ctx, client.ObjectKeyFromObject(sy), &gitopsv1alpha1.Sync{})
+	err = env.Client.Get(ctx, client.ObjectKeyFromObject(sy), &gitopsv1alpha1.Sync{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused Sync exists: %v", err)
 
 	sy.Spec.ServiceAccountName = tenantSA

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,14 +34,22 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	if sy.Spec.Prune != nil && *sy.Spec.Prune && !sy.Spec.Suspend {
 		inventory := sy.Status.Inventory
 		c, err := r.clientFor(sy)
-		if errors.Is(err, errNoIdentity) {
+		switch {
+		case errors.Is(err, errNoIdentity):
 			if len(inventory) > 0 {
 				r.Recorder.Eventf(sy, nil, corev1.EventTypeWarning, gitopsv1alpha1.ServiceAccountRequiredReason, "Prune",
 					"Orphaning %d objects: no service account to delete them as (lockdown)", len(inventory))
 			}
 			inventory = nil
-		} else if err != nil {
+		case err != nil:
 			return ctrl.Result{}, err
+		case s.st.scanLeaks():
+			leaked, err := r.leaked(ctx, s, c, nil)
+			if err != nil {
+				s.st.rescanLeaks()
+				return ctrl.Result{}, err
+			}
+			inventory = append(slices.Clone(inventory), leaked...)
 		}
 		var errs []error
 		var kept []gitopsv1alpha1.ObjectRef

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -104,9 +105,21 @@ func firstN(s []string, n int) []string {
 	return s
 }
 
-// health decides one object's health: a custom CEL check for its kind, else
-// built-in rules for common kinds, else its Ready condition if it has one.
+// health decides one object's health as kstatus (the library Flux and kpt
+// use) reads it: Failed (Stalled=True, or a built-in kind's failure: a
+// failed Job or Pod, a Deployment past its progress deadline) is failed at
+// once, with the child's reason and message; InProgress, Unknown and
+// Terminating wait; Current is healthy. A custom CEL check of the kind
+// comes on top: its failed expression fails too, and its current
+// expression, not kstatus, says when the object is healthy.
 func health(u *unstructured.Unstructured, checks map[schema.GroupVersionKind]healthChecker) (healthy, failed bool, msg string) {
+	res, err := kstatus.Compute(u)
+	if err != nil {
+		return false, false, "reading its status: " + err.Error()
+	}
+	if res.Status == kstatus.FailedStatus {
+		return false, true, failedMessage(res)
+	}
 	if hc, ok := checks[u.GroupVersionKind()]; ok {
 		if hc.failed != nil {
 			if bad, err := hc.failed.Eval(u.Object); err == nil && bad {
@@ -122,78 +135,38 @@ func health(u *unstructured.Unstructured, checks map[schema.GroupVersionKind]hea
 		}
 		return true, false, ""
 	}
-	obj := u.Object
-	i64 := func(path ...string) int64 { v, _, _ := unstructured.NestedInt64(obj, path...); return v }
-	if og, found, _ := unstructured.NestedInt64(obj, "status", "observedGeneration"); found && og < u.GetGeneration() {
-		return false, false, "the controller has not observed the latest generation"
+	if res.Status == kstatus.CurrentStatus {
+		if waitingForAddress(u) {
+			return false, false, "waiting for a load-balancer address"
+		}
+		return true, false, ""
 	}
-	cond := func(t string) string {
-		conds, _, _ := unstructured.NestedSlice(obj, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == t {
-				s, _ := m["status"].(string)
-				return s
-			}
-		}
-		return ""
-	}
-	switch u.GroupVersionKind().GroupKind().String() {
-	case "Deployment.apps":
-		want, found, _ := unstructured.NestedInt64(obj, "spec", "replicas")
-		if !found {
-			want = 1
-		}
-		if i64("status", "updatedReplicas") < want || i64("status", "availableReplicas") < want {
-			return false, false, fmt.Sprintf("%d/%d replicas updated and available", min(i64("status", "updatedReplicas"), i64("status", "availableReplicas")), want)
-		}
-	case "StatefulSet.apps":
-		want, found, _ := unstructured.NestedInt64(obj, "spec", "replicas")
-		if !found {
-			want = 1
-		}
-		if i64("status", "readyReplicas") < want {
-			return false, false, fmt.Sprintf("%d/%d replicas ready", i64("status", "readyReplicas"), want)
-		}
-	case "DaemonSet.apps":
-		want := i64("status", "desiredNumberScheduled")
-		if i64("status", "numberReady") < want || i64("status", "updatedNumberScheduled") < want {
-			return false, false, fmt.Sprintf("%d/%d pods ready", i64("status", "numberReady"), want)
-		}
-	case "Job.batch":
-		if cond("Failed") == "True" {
-			return false, true, "the Job failed"
-		}
-		if cond("Complete") != "True" {
-			return false, false, "the Job has not completed"
-		}
-	case "Pod":
-		phase, _, _ := unstructured.NestedString(obj, "status", "phase")
-		if phase == "Failed" {
-			return false, true, "the Pod failed"
-		}
-		if phase != "Succeeded" && cond("Ready") != "True" {
-			return false, false, "the Pod is not Ready"
-		}
-	case "Service":
-		// kstatus's rule: a LoadBalancer Service is in progress until it
-		// has an address.
-		if t, _, _ := unstructured.NestedString(obj, "spec", "type"); t == "LoadBalancer" {
-			if ing, _, _ := unstructured.NestedSlice(obj, "status", "loadBalancer", "ingress"); len(ing) == 0 {
-				return false, false, "waiting for a load-balancer address"
-			}
-		}
-	case "PersistentVolumeClaim":
-		if phase, _, _ := unstructured.NestedString(obj, "status", "phase"); phase != "Bound" {
-			return false, false, "the claim is not Bound"
-		}
-	case "CustomResourceDefinition.apiextensions.k8s.io":
-		if cond("Established") != "True" {
-			return false, false, "not established"
-		}
-	default:
-		if st := cond("Ready"); st != "" && st != "True" {
-			return false, false, "Ready is " + st
+	return false, false, string(res.Status) + ": " + res.Message
+}
+
+// failedMessage is kstatus's Failed result as a person reads it: the
+// reason of the Stalled condition (when the object has one) and the
+// message.
+func failedMessage(res *kstatus.Result) string {
+	for _, c := range res.Conditions {
+		if c.Type == kstatus.ConditionStalled && c.Reason != "" {
+			return "Failed (" + c.Reason + "): " + res.Message
 		}
 	}
-	return true, false, ""
+	return "Failed: " + res.Message
+}
+
+// waitingForAddress: a LoadBalancer Service without an ingress address.
+// kstatus reads it Current once it has a cluster IP; a Sync waits until
+// it is reachable (with Converge's load balancer: until an agent announces
+// the address and reaches an endpoint through it).
+func waitingForAddress(u *unstructured.Unstructured) bool {
+	if u.GroupVersionKind().GroupKind().String() != "Service" {
+		return false
+	}
+	if t, _, _ := unstructured.NestedString(u.Object, "spec", "type"); t != "LoadBalancer" {
+		return false
+	}
+	ing, _, _ := unstructured.NestedSlice(u.Object, "status", "loadBalancer", "ingress")
+	return len(ing) == 0
 }

@@ -34,17 +34,17 @@ func (r *Reconciler) identity(sy *gitopsv1alpha1.Sync) (string, error) {
 
 // clientFor returns the client every read and write on sy's behalf goes
 // through (applies, dependsOn, health, drift and prune lookups): one
-// impersonating its identity, or, without one and outside lockdown, the
-// manager's own. Only the user is impersonated: the API server adds a
-// service account's groups itself, so the manager needs `impersonate` on
-// serviceaccounts and nothing on groups.
+// impersonating its identity, or, without one and outside lockdown, one with
+// the manager's own identity. Both are uncached: the manager's shared cache
+// strips managedFields (setup's cacheOptions), so an object read from it
+// would never look applied by this Sync (and every kind read through it
+// would start a cluster-wide informer of the manager's). Only the user is
+// impersonated: the API server adds a service account's groups itself, so
+// the manager needs `impersonate` on serviceaccounts and nothing on groups.
 func (r *Reconciler) clientFor(sy *gitopsv1alpha1.Sync) (client.Client, error) {
 	user, err := r.identity(sy)
 	if err != nil {
 		return nil, err
-	}
-	if user == "" {
-		return r.Client, nil
 	}
 	if c, ok := r.clients.Load(user); ok {
 		return c.(client.Client), nil
@@ -52,10 +52,12 @@ func (r *Reconciler) clientFor(sy *gitopsv1alpha1.Sync) (client.Client, error) {
 	// A copy shares the manager's rate limiter: impersonated requests count
 	// against the manager's budget.
 	cfg := rest.CopyConfig(r.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	if user != "" {
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	}
 	c, err := client.New(cfg, client.Options{Scheme: r.Scheme(), Mapper: r.Mapper})
 	if err != nil {
-		return nil, fmt.Errorf("building a client impersonating %s: %w", user, err)
+		return nil, fmt.Errorf("building the client of %s: %w", describeUser(user), err)
 	}
 	actual, _ := r.clients.LoadOrStore(user, c)
 	return actual.(client.Client), nil
@@ -88,4 +90,11 @@ func readError(what string, err error) error {
 func isForbiddenRead(err error) bool {
 	var fr *forbiddenReadError
 	return errors.As(err, &fr)
+}
+
+func describeUser(user string) string {
+	if user == "" {
+		return "the manager's identity"
+	}
+	return user
 }

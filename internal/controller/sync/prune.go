@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,6 +38,18 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 		}
 	}
 	sy.Status.PendingPrune = nil
+	total := len(sy.Status.Inventory)
+	if ptr.Deref(sy.Spec.Prune, false) && s.st.scanLeaks() {
+		leaked, err := r.leaked(ctx, s, c, desired)
+		if err != nil {
+			s.st.rescanLeaks()
+			return err
+		}
+		// They count as inventory entries: held, approved and limited as
+		// any other.
+		stale = append(stale, leaked...)
+		total += len(leaked)
+	}
 	if len(stale) == 0 || !ptr.Deref(sy.Spec.Prune, false) {
 		for _, ref := range stale {
 			s.st.drop(keyOf(ref))
@@ -49,7 +64,6 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 	if err != nil {
 		return err
 	}
-	total := len(sy.Status.Inventory)
 	limit, err := webhookgitops.ResolvePruneLimit(sy.Spec.PruneLimit, total)
 	if err != nil {
 		return err
@@ -86,7 +100,10 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 // pruneOne deletes one object if it is still this Sync's: labelled for it
 // AND applied by the Sync field manager (labels can be copied; managedFields
 // cannot), and not opted out with converge.dev/prune: disabled. It reports
-// whether it deleted; a vanished or foreign object is dropped silently.
+// whether it deleted; a vanished, opted-out or foreign object is dropped
+// silently. A read that cannot tell whether the Sync applied the object
+// (no managedFields) is an error: the caller keeps the object in the
+// inventory.
 func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1alpha1.Sync, ref gitopsv1alpha1.ObjectRef) (bool, error) {
 	if r.misplaced(ref) {
 		return false, nil
@@ -107,8 +124,17 @@ func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1
 		return false, nil
 	}
 	l := m.Labels
-	if l[gitopsv1alpha1.SyncNameLabel] != sy.Name || l[gitopsv1alpha1.SyncNamespaceLabel] != sy.Namespace || !appliedByUs(m.ManagedFields) {
-		return false, nil
+	if l[gitopsv1alpha1.SyncNameLabel] != sy.Name || l[gitopsv1alpha1.SyncNamespaceLabel] != sy.Namespace {
+		return false, nil // relabelled: handed to another Sync, or out of GitOps
+	}
+	if len(m.ManagedFields) == 0 {
+		// Every object written since server-side apply has managedFields; a
+		// read without them (a cache that strips them) cannot tell whose the
+		// object is. Hold it: dropping it would orphan it for good.
+		return false, fmt.Errorf("%w: %s", errCannotTell, refString(ref))
+	}
+	if !appliedByUs(m.ManagedFields) {
+		return false, nil // recreated by someone else with the labels copied
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvkOf(ref))
@@ -120,6 +146,101 @@ func (r *Reconciler) pruneOne(ctx context.Context, c client.Client, sy *gitopsv1
 		return false, fmt.Errorf("pruning %s: %w", refString(ref), err)
 	}
 	return err == nil, nil
+}
+
+// leaked finds the objects an earlier release dropped from inventories
+// while they still existed (as the manager, its prune read managedFields
+// from a cache that strips them, took every object for foreign and dropped
+// it): labelled for this Sync, applied by the Sync field manager, not
+// opted out, neither desired nor in the inventory. It looks only in the
+// kinds the Sync applies or holds, in the namespaces its objects are in
+// (and its own), by label, metadata only, as the Sync's identity: a list
+// the identity may not make finds nothing. It runs once per Sync per
+// manager start (syncState.scanLeaks); an object it finds is then an
+// inventory entry like any other.
+func (r *Reconciler) leaked(ctx context.Context, s *scope, c client.Client, desired []gitopsv1alpha1.ObjectRef) ([]gitopsv1alpha1.ObjectRef, error) {
+	sy := s.sync
+	known := map[objKey]bool{}
+	kinds := map[schema.GroupVersionKind]bool{}
+	namespaces := map[string]bool{sy.Namespace: true}
+	for _, refs := range [][]gitopsv1alpha1.ObjectRef{desired, sy.Status.Inventory} {
+		for _, ref := range refs {
+			known[keyOf(ref)] = true
+			kinds[gvkOf(ref)] = true
+			if ref.Namespace != "" {
+				namespaces[ref.Namespace] = true
+			}
+		}
+	}
+	sel := client.MatchingLabels{gitopsv1alpha1.SyncNameLabel: sy.Name, gitopsv1alpha1.SyncNamespaceLabel: sy.Namespace}
+	var out []gitopsv1alpha1.ObjectRef
+	seenGK := map[schema.GroupKind]bool{}
+	for gvk := range kinds {
+		if seenGK[gvk.GroupKind()] {
+			continue // one version of a kind lists all its objects
+		}
+		seenGK[gvk.GroupKind()] = true
+		m, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			continue // the kind is gone: so are its objects
+		}
+		scopes := []string{""}
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			scopes = scopes[:0]
+			for ns := range namespaces {
+				scopes = append(scopes, ns)
+			}
+		}
+		for _, ns := range scopes {
+			list := &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			opts := []client.ListOption{sel, client.Limit(500)}
+			if ns != "" {
+				opts = append(opts, client.InNamespace(ns))
+			}
+			for {
+				err := c.List(ctx, list, opts...)
+				if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+					break // the identity cannot list there, so cannot have pruned there either
+				}
+				if err != nil {
+					return nil, fmt.Errorf("looking for %s objects of this Sync left out of its inventory: %w", gvk.Kind, err)
+				}
+				for i := range list.Items {
+					o := &list.Items[i]
+					ref := gitopsv1alpha1.ObjectRef{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: o.Namespace, Name: o.Name}
+					if known[keyOf(ref)] || !o.DeletionTimestamp.IsZero() ||
+						o.Annotations[gitopsv1alpha1.PruneAnnotation] == gitopsv1alpha1.PruneDisabled || !appliedByUs(o.ManagedFields) {
+						continue
+					}
+					known[keyOf(ref)] = true
+					out = append(out, ref)
+				}
+				if list.Continue == "" {
+					break
+				}
+				opts = append(opts, client.Continue(list.Continue))
+			}
+		}
+	}
+	if len(out) > 0 {
+		sortRefs(out)
+		r.Recorder.Eventf(sy, nil, corev1.EventTypeNormal, "LeakedObjectsFound", "Prune",
+			"%d objects labelled for this Sync and applied by it were missing from its inventory (dropped by an earlier release); they are pruned under the usual rules: %s",
+			len(out), strings.Join(refStrings(out, 5), ", "))
+	}
+	return out, nil
+}
+
+func refStrings(refs []gitopsv1alpha1.ObjectRef, n int) []string {
+	out := make([]string, 0, min(len(refs), n)+1)
+	for _, ref := range refs[:min(len(refs), n)] {
+		out = append(out, refString(ref))
+	}
+	if len(refs) > n {
+		out = append(out, fmt.Sprintf("and %d more", len(refs)-n))
+	}
+	return out
 }
 
 // existing keeps the refs whose object exists.
@@ -156,6 +277,10 @@ func (r *Reconciler) misplaced(ref gitopsv1alpha1.ObjectRef) bool {
 	m, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	return err == nil && m.Scope.Name() == meta.RESTScopeNameNamespace
 }
+
+// errCannotTell: the read of an object to prune carried no managedFields,
+// so whether this Sync applied it is unknown; it stays in the inventory.
+var errCannotTell = errors.New("cannot tell whether this Sync applied the object (its read carries no managedFields); kept in the inventory")
 
 func appliedByUs(mfs []metav1.ManagedFieldsEntry) bool {
 	for _, mf := range mfs {

@@ -76,6 +76,26 @@ type syncState struct {
 	// identity is the user the records were applied as ("" for the
 	// manager).
 	identity string
+	// leaksScanned: this manager has looked for the Sync's leaked objects
+	// (recoverLeaked) once.
+	leaksScanned bool
+}
+
+// scanLeaks reports whether the leak scan is still to do, and marks it
+// done.
+func (st *syncState) scanLeaks() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	todo := !st.leaksScanned
+	st.leaksScanned = true
+	return todo
+}
+
+// rescanLeaks makes the next prune scan again (the scan failed).
+func (st *syncState) rescanLeaks() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.leaksScanned = false
 }
 
 func newSyncState() *syncState {
