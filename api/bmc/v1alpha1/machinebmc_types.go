@@ -132,6 +132,7 @@ type MachineBMC struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status MachineBMCStatus `json:"status,omitempty"`
 }
 

@@ -233,6 +233,7 @@ type IPPool struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status IPPoolStatus `json:"status,omitempty"`
 }
 

@@ -123,6 +123,7 @@ type MachineNetworkConfig struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status MachineNetworkConfigStatus `json:"status,omitempty"`
 }
 

@@ -161,6 +161,7 @@ type GitRepository struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status GitRepositoryStatus `json:"status,omitempty"`
 }
 

@@ -357,6 +357,7 @@ type Sync struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status SyncStatus `json:"status,omitempty"`
 }
 

@@ -42,6 +42,7 @@ type KwokMachine struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status KwokMachineStatus `json:"status,omitempty"`
 }
 

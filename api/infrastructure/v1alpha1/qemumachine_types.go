@@ -85,6 +85,7 @@ type QemuMachine struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status QemuMachineStatus `json:"status,omitempty"`
 }
 

@@ -141,6 +141,7 @@ type IPAddressPool struct {
 	Spec IPAddressPoolSpec `json:"spec"`
 	// status is the pool's usage.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status IPAddressPoolStatus `json:"status,omitempty"`
 }
 

@@ -265,6 +265,7 @@ type Machine struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status MachineStatus `json:"status,omitempty"`
 }
 

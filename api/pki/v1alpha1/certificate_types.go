@@ -215,6 +215,7 @@ type Certificate struct {
 	Spec CertificateSpec `json:"spec"`
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status CertificateStatus `json:"status,omitempty"`
 }
 

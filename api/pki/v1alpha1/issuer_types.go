@@ -145,6 +145,7 @@ type Issuer struct {
 	Spec IssuerSpec `json:"spec"`
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status IssuerStatus `json:"status,omitempty"`
 }
 
@@ -174,6 +175,7 @@ type ClusterIssuer struct {
 	Spec IssuerSpec `json:"spec"`
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status IssuerStatus `json:"status,omitempty"`
 }
 

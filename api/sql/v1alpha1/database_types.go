@@ -239,6 +239,7 @@ type Database struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status DatabaseStatus `json:"status,omitempty"`
 }
 

@@ -168,6 +168,7 @@ type PostgresInstance struct {
 
 	// status is the observed state: the instance contract.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status InstanceStatus `json:"status,omitempty"`
 }
 
@@ -208,6 +209,7 @@ type MariaDBInstance struct {
 
 	// status is the observed state: the instance contract.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status InstanceStatus `json:"status,omitempty"`
 }
 

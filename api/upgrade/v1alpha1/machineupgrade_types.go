@@ -426,6 +426,7 @@ type MachineUpgrade struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status MachineUpgradeStatus `json:"status,omitempty"`
 }
 

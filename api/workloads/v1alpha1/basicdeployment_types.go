@@ -215,6 +215,7 @@ type BasicDeployment struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status BasicDeploymentStatus `json:"status,omitempty"`
 }
 

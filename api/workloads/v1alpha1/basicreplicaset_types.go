@@ -94,6 +94,7 @@ type BasicReplicaSet struct {
 
 	// status is the observed state.
 	// +optional
+	// +kubebuilder:default:={"observedGeneration":-1}
 	Status BasicReplicaSetStatus `json:"status,omitempty"`
 }
 

@@ -1,6 +1,7 @@
 package sync_test
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -21,11 +22,14 @@ func TestKstatusReadsGitOpsKinds(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	grantCRDs(t, ns, "test.converge.dev")
+	// Its own CRD group: a CRD is cluster-scoped, and another test's Sync
+	// applying the same one would own it.
+	const group = "kstatus.converge.dev"
+	grantCRDs(t, ns, group)
 	_, h1, gr := setupRepo(t, ns, map[string]string{
 		"ready/cm.yaml":           configMap("ready", nil),
-		"waiting/gadget-crd.yaml": gadgetCRD,
-		"waiting/gadget.yaml":     "apiVersion: test.converge.dev/v1\nkind: Gadget\nmetadata:\n  name: g\n",
+		"waiting/gadget-crd.yaml": strings.ReplaceAll(gadgetCRD, "test.converge.dev", group),
+		"waiting/gadget.yaml":     "apiVersion: " + group + "/v1\nkind: Gadget\nmetadata:\n  name: g\n",
 	})
 	read := func(g Gomega, kind, name string) *kstatus.Result {
 		u := &unstructured.Unstructured{}
@@ -57,7 +61,7 @@ func TestKstatusReadsGitOpsKinds(t *testing.T) {
 	// Sync waiting for health -> InProgress.
 	waiting := newSync(ns, "waiting", "app", "waiting", true)
 	waiting.Spec.Wait = true
-	waiting.Spec.HealthChecks = []gitopsv1alpha1.HealthCheck{{APIVersion: "test.converge.dev/v1", Kind: "Gadget",
+	waiting.Spec.HealthChecks = []gitopsv1alpha1.HealthCheck{{APIVersion: group + "/v1", Kind: "Gadget",
 		Current: `has(self.status) && self.status.ready == true`}}
 	g.Expect(env.Client.Create(t.Context(), waiting)).To(Succeed())
 	expect("Sync", "waiting", kstatus.InProgressStatus, gitopsv1alpha1.WaitingForHealthReason)
