@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"unicode/utf8"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -49,4 +51,28 @@ func Reason(conds []metav1.Condition, typ string) string {
 		return c.Reason
 	}
 	return ""
+}
+
+// MaxMessageBytes is how long a condition message built from an error or
+// from a remote system's text may grow before [Truncate] cuts it: long
+// enough for an actionable message, short enough that a status stays small
+// (the API allows 32 KiB per condition message).
+const MaxMessageBytes = 1024
+
+// Truncate returns s cut to at most maxBytes bytes, ending in "..." when it
+// was cut. It cuts on a rune boundary, so the result stays valid UTF-8 when
+// s is (the API server refuses a condition message that is not).
+func Truncate(s string, maxBytes int) string {
+	const ellipsis = "..."
+	if len(s) <= maxBytes {
+		return s
+	}
+	if maxBytes <= len(ellipsis) {
+		return ellipsis[:max(maxBytes, 0)]
+	}
+	cut := maxBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }

@@ -2,6 +2,7 @@ package database
 
 import (
 	"fmt"
+	"github.com/converge-dev/converge/internal/reconcile"
 	"strings"
 	"time"
 
@@ -64,7 +65,7 @@ func (s *scope) provisionFailed(err error) (ctrl.Result, error) {
 }
 
 func (s *scope) corrected(kind, msg string) {
-	s.corrections = append(s.corrections, sqlv1alpha1.DriftCorrection{Kind: kind, Message: truncate(msg), Time: metav1.NewTime(s.now)})
+	s.corrections = append(s.corrections, sqlv1alpha1.DriftCorrection{Kind: kind, Message: reconcile.Truncate(msg, reconcile.MaxMessageBytes), Time: metav1.NewTime(s.now)})
 	driftCorrections.WithLabelValues(kind).Inc()
 }
 
@@ -88,7 +89,7 @@ func computeStatus(s *scope) {
 			for _, x := range s.corrections {
 				kinds = append(kinds, x.Kind)
 			}
-			c.Message = truncate(fmt.Sprintf("%s (all corrections in this observation: %s)", c.Message, strings.Join(kinds, ", ")))
+			c.Message = reconcile.Truncate(fmt.Sprintf("%s (all corrections in this observation: %s)", c.Message, strings.Join(kinds, ", ")), reconcile.MaxMessageBytes)
 		}
 		st.LastDriftCorrected = &c
 		st.DriftCorrections += int64(n)
@@ -96,7 +97,7 @@ func computeStatus(s *scope) {
 	if s.deleting {
 		if s.deletingReason != "" {
 			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.DeletingCondition, Status: metav1.ConditionTrue,
-				Reason: s.deletingReason, Message: truncate(s.deletingMessage), ObservedGeneration: gen})
+				Reason: s.deletingReason, Message: reconcile.Truncate(s.deletingMessage, reconcile.MaxMessageBytes), ObservedGeneration: gen})
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
 			Reason: nonEmpty(s.deletingReason, "Deleting"), Message: "the Database is being deleted", ObservedGeneration: gen})
@@ -115,7 +116,7 @@ func computeStatus(s *scope) {
 		return
 	}
 	reason := nonEmpty(s.reason, sqlv1alpha1.ProvisioningReason)
-	msg := truncate(nonEmpty(s.message, "Provisioning"))
+	msg := reconcile.Truncate(nonEmpty(s.message, "Provisioning"), reconcile.MaxMessageBytes)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
 		Reason: reason, Message: msg, ObservedGeneration: gen})
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.SyncedCondition, Status: metav1.ConditionFalse,
@@ -133,11 +134,4 @@ func nonEmpty(s, def string) string {
 		return s
 	}
 	return def
-}
-
-func truncate(s string) string {
-	if len(s) > 1024 {
-		return s[:1021] + "..."
-	}
-	return s
 }

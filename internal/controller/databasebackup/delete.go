@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/converge-dev/converge/internal/reconcile"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
@@ -181,12 +182,12 @@ func (r *Reconciler) release(ctx context.Context, d *sqlv1alpha1.Database, b *ba
 // with backoff.
 func (r *Reconciler) blocked(ctx context.Context, d *sqlv1alpha1.Database, b *backupv1alpha1.DatabaseBackup, reason string, cause error) error {
 	msg := fmt.Sprintf("finalizer %s blocks the deletion: %v", backupv1alpha1.BeforeDeleteFinalizer, cause)
-	r.Recorder.Eventf(d, b, corev1.EventTypeWarning, reason, "Backup", "%s", truncate(msg))
+	r.Recorder.Eventf(d, b, corev1.EventTypeWarning, reason, "Backup", "%s", reconcile.Truncate(msg, reconcile.MaxMessageBytes))
 	errs := []error{cause}
 	errs = append(errs, r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 		st.Phase = backupv1alpha1.BackupFailed
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.FailedCondition, Status: metav1.ConditionTrue, Reason: reason, Message: truncate(cause.Error())})
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: truncate(cause.Error())})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.FailedCondition, Status: metav1.ConditionTrue, Reason: reason, Message: reconcile.Truncate(cause.Error(), reconcile.MaxMessageBytes)})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: reconcile.Truncate(cause.Error(), reconcile.MaxMessageBytes)})
 	}))
 	errs = append(errs, r.setCondition(ctx, d, metav1.ConditionFalse, reason, msg))
 	return errors.Join(errs...)
@@ -198,7 +199,7 @@ func (r *Reconciler) blocked(ctx context.Context, d *sqlv1alpha1.Database, b *ba
 // Database and sets the condition again.
 func (r *Reconciler) setCondition(ctx context.Context, d *sqlv1alpha1.Database, status metav1.ConditionStatus, reason, msg string) error {
 	cond := metav1.Condition{Type: backupv1alpha1.BackupBeforeDeleteCondition, Status: status,
-		Reason: reason, Message: truncate(msg), ObservedGeneration: d.Generation}
+		Reason: reason, Message: reconcile.Truncate(msg, reconcile.MaxMessageBytes), ObservedGeneration: d.Generation}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if attempt > 0 {
@@ -283,11 +284,4 @@ func (r *Reconciler) connection(ctx context.Context, d *sqlv1alpha1.Database) (s
 		return cfg, "", false, err
 	}
 	return cfg, version, info.Exists, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 1024 {
-		return s[:1021] + "..."
-	}
-	return s
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"io"
 	"io/fs"
 	"os"
@@ -126,8 +127,8 @@ func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	a := &gitopsv1alpha1.Artifact{
 		Revision:       rev,
-		Message:        truncate(commit.Message, 1024),
-		Author:         truncate(commit.Author, 512),
+		Message:        creconcile.Truncate(commit.Message, 1024),
+		Author:         creconcile.Truncate(commit.Author, 512),
 		LastUpdateTime: metav1.NewTime(s.now),
 		Digest:         digest,
 	}
@@ -254,13 +255,6 @@ func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 		return def
 	}
 	return d.Duration
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
 
 func firstLine(s string) string {

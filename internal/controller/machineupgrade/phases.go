@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"regexp"
 	"sort"
 	"strings"
@@ -577,7 +578,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []
 			if apierrors.IsConflict(err) {
 				return err
 			}
-			mp.StepState, mp.LastError, mp.Message = upgradev1alpha1.StepStateFailed, truncate(err.Error()), ""
+			mp.StepState, mp.LastError, mp.Message = upgradev1alpha1.StepStateFailed, creconcile.Truncate(err.Error(), creconcile.MaxMessageBytes), ""
 			mp.NextAttempt = &metav1.Time{Time: s.now.Add(backoff(mp.Attempts))}
 			if mp.Attempts >= maxAttempts(u) {
 				mp.State = upgradev1alpha1.MachineFailed
@@ -588,7 +589,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []
 			return r.checkpoint(ctx, s)
 		}
 		if !done {
-			mp.Message = truncate(msg)
+			mp.Message = creconcile.Truncate(msg, creconcile.MaxMessageBytes)
 			s.requeueAfter(poll)
 			return nil
 		}
@@ -598,13 +599,6 @@ func (r *Reconciler) advance(ctx context.Context, s *scope, name string, post []
 			return err
 		}
 	}
-}
-
-func truncate(s string) string {
-	if len(s) > 1000 {
-		return s[:1000] + "..."
-	}
-	return s
 }
 
 // machineRef is the Machine name (from the cache), as an Event's related
@@ -672,9 +666,9 @@ func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) erro
 		default:
 			left += "; Node " + node.Name + " left cordoned (the machine is not running)"
 		}
-		mp.Message = truncate(why + " after step " + string(mp.Step) + " (" + string(mp.StepState) + "): " + left)
+		mp.Message = creconcile.Truncate(why+" after step "+string(mp.Step)+" ("+string(mp.StepState)+"): "+left, creconcile.MaxMessageBytes)
 	} else {
-		mp.Message = truncate(why + " after step " + string(mp.Step) + " (" + string(mp.StepState) + "): the Machine is gone")
+		mp.Message = creconcile.Truncate(why+" after step "+string(mp.Step)+" ("+string(mp.StepState)+"): the Machine is gone", creconcile.MaxMessageBytes)
 	}
 	mp.Finished = now(s)
 	switch {

@@ -51,7 +51,7 @@ func computeStatus(s *scope) {
 			checksFailed = append(checksFailed, fmt.Sprintf("step %s failed %d time(s): %s", x.Name, x.Attempts, x.Message))
 		}
 	}
-	st.CurrentStep = truncate(strings.Join(current, ","))
+	st.CurrentStep = creconcile.Truncate(strings.Join(current, ","), creconcile.MaxMessageBytes)
 	if len(st.CurrentStep) > 1000 {
 		st.CurrentStep = st.CurrentStep[:1000]
 	}
@@ -93,7 +93,7 @@ func computeStatus(s *scope) {
 	if u.Spec.Abort && running && reason != upgradev1alpha1.StepFailedReason {
 		msg = "aborting after the steps in flight: " + msg
 	}
-	msg = truncate(msg)
+	msg = creconcile.Truncate(msg, creconcile.MaxMessageBytes)
 	st.Phase = phase
 	if phase == upgradev1alpha1.PhaseSucceeded {
 		creconcile.MarkTrue(&st.Conditions, gen, upgradev1alpha1.ReadyCondition, reason, msg)

@@ -1,6 +1,7 @@
 package sqlinstance
 
 import (
+	"github.com/converge-dev/converge/internal/reconcile"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -44,18 +45,11 @@ func computeStatus(s *scope) {
 	}
 	st.Endpoint, st.AdminSecretRef = nil, nil
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
-		Reason: s.reason, Message: truncate(s.message), ObservedGeneration: gen})
+		Reason: s.reason, Message: reconcile.Truncate(s.message, reconcile.MaxMessageBytes), ObservedGeneration: gen})
 	if s.stalled {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.StalledCondition, Status: metav1.ConditionTrue,
-			Reason: s.reason, Message: truncate(s.message), ObservedGeneration: gen})
+			Reason: s.reason, Message: reconcile.Truncate(s.message, reconcile.MaxMessageBytes), ObservedGeneration: gen})
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
 	}
-}
-
-func truncate(s string) string {
-	if len(s) > 1024 {
-		return s[:1021] + "..."
-	}
-	return s
 }

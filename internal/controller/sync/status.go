@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"github.com/converge-dev/converge/internal/reconcile"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +17,7 @@ func computeStatus(s *scope) {
 	sy := s.sync
 	conds := &sy.Status.Conditions
 	set := func(t string, st metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: st, Reason: reason, Message: truncate(msg, 4000), ObservedGeneration: sy.Generation})
+		meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: st, Reason: reason, Message: reconcile.Truncate(msg, 4000), ObservedGeneration: sy.Generation})
 	}
 	del := func(t string) { meta.RemoveStatusCondition(conds, t) }
 
@@ -75,11 +76,4 @@ func computeStatus(s *scope) {
 		del(gitopsv1alpha1.ReconcilingCondition)
 		del(gitopsv1alpha1.StalledCondition)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
