@@ -239,19 +239,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			u.Status.ObservedGeneration = u.Generation
 		}
-		err := r.checkpoint(ctx, s)
-		if apierrors.IsConflict(err) && retErr == nil {
-			// Another write came first: read again, act on what it wrote.
-			res = ctrl.Result{RequeueAfter: 10 * time.Millisecond}
-			err = nil
-		}
-		retErr = errors.Join(retErr, err)
+		// A conflict (another write came first) is returned like any
+		// error: the rate limiter requeues, and the next reconcile reads
+		// again and acts on what the other write left.
+		retErr = errors.Join(retErr, r.checkpoint(ctx, s))
 	}()
 	if err := r.reconcileNormal(ctx, s); err != nil {
-		if apierrors.IsConflict(err) {
-			s.requeueAfter(10 * time.Millisecond)
-			return ctrl.Result{RequeueAfter: s.requeue}, nil
-		}
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.requeue}, nil
@@ -272,9 +265,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			continue
 		}
 		if err := r.leave(ctx, s, mp.Name, whyDeleted); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
-			}
 			return ctrl.Result{}, err
 		}
 	}
@@ -292,11 +282,8 @@ func (r *Reconciler) setFinalizer(ctx context.Context, s *scope, on bool) (ctrl.
 		controllerutil.RemoveFinalizer(s.u, upgradev1alpha1.MachineUpgradeFinalizer)
 	}
 	if err := r.Patch(ctx, s.u, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
+		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
-		case apierrors.IsConflict(err):
-			return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("setting the finalizer of %s: %w", client.ObjectKeyFromObject(s.u), err)
 	}

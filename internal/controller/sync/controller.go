@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"slices"
 	gosync "sync"
 	"time"
@@ -26,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -198,13 +198,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Sync", klog.KObj(sy)))
-	if sy.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(sy, gitopsv1alpha1.SyncFinalizer) {
-		base := sy.DeepCopy()
-		controllerutil.AddFinalizer(sy, gitopsv1alpha1.SyncFinalizer)
-		if err := r.Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+	if sy.DeletionTimestamp.IsZero() {
+		// Locked on the resourceVersion: a finalizer list patched from a
+		// stale read must not drop another controller's finalizer. Carry on
+		// after: a finalizer change triggers no event of its own.
+		if _, err := creconcile.EnsureFinalizer(ctx, r.Client, sy, gitopsv1alpha1.SyncFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
-		// Carry on: a finalizer change triggers no event of its own.
 	}
 	s := &scope{sync: sy, base: sy.DeepCopy(), now: time.Now(), st: r.state(req.NamespacedName)}
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,10 +78,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	}
 	// The finalizer goes with a metadata patch; the deferred status patch
 	// then finds the object gone, which is fine.
-	base := sy.DeepCopy()
-	controllerutil.RemoveFinalizer(sy, gitopsv1alpha1.SyncFinalizer)
-	if err := r.Patch(ctx, sy, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
+	if err := creconcile.RemoveFinalizer(ctx, r.Client, sy, gitopsv1alpha1.SyncFinalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 	r.forget(client.ObjectKeyFromObject(sy))
 	return ctrl.Result{}, nil
