@@ -295,6 +295,9 @@ var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCon
 // conditions win), so neither this run's observation (a drift correction in
 // particular) nor a newer write by an earlier run is lost.
 func (r *Reconciler) patchStatus(ctx context.Context, d, base *sqlv1alpha1.Database) error {
+	if equality.Semantic.DeepEqual(base.Status, d.Status) {
+		return nil // unchanged: nothing to send
+	}
 	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
 	for attempt := 0; attempt < 5 && apierrors.IsConflict(err); attempt++ {
 		fresh := &sqlv1alpha1.Database{}

@@ -2,7 +2,6 @@ package database
 
 import (
 	"fmt"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
 )
 

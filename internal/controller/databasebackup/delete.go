@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +18,7 @@ import (
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/pkg/contract/databaseinstance"
 )

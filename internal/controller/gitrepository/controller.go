@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -105,8 +106,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			repo.Status.ObservedGeneration = repo.Generation
 		}
-		if err := r.Status().Patch(ctx, repo, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+		if !equality.Semantic.DeepEqual(base.Status, repo.Status) {
+			if err := r.Status().Patch(ctx, repo, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+			}
 		}
 		if s.fetched != nil {
 			r.Recorder.Eventf(repo, nil, corev1.EventTypeNormal, "NewArtifact", "Fetch",

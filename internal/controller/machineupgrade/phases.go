@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"regexp"
 	"sort"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/upgradecheck"
 	"github.com/converge-dev/converge/internal/upgradeoverlap"
 )

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -175,8 +176,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			r.Recorder.Eventf(inst, nil, typ, reason, "Check", "%s", msg)
 		}
-		if err := r.Status().Patch(ctx, inst, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+		if !equality.Semantic.DeepEqual(base.(sqlInstance).InstanceStatus(), inst.InstanceStatus()) {
+			if err := r.Status().Patch(ctx, inst, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+			}
 		}
 	}()
 	return r.check(ctx, s)

@@ -1,11 +1,11 @@
 package sqlinstance
 
 import (
-	"github.com/converge-dev/converge/internal/reconcile"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/reconcile"
 )
 
 // scope holds what one reconcile observed.

@@ -11,12 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"slices"
 	gosync "sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +34,7 @@ import (
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	"github.com/converge-dev/converge/internal/gitops/render"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -212,8 +213,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			sy.Status.ObservedGeneration = sy.Generation
 		}
-		if err := r.Status().Patch(ctx, sy, client.MergeFrom(s.base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+		// An unchanged status is not sent: a Sync at rest costs the API
+		// server nothing.
+		if !equality.Semantic.DeepEqual(s.base.Status, sy.Status) {
+			if err := r.Status().Patch(ctx, sy, client.MergeFrom(s.base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+			}
 		}
 		r.emitEvents(s)
 		inventoryObjects.WithLabelValues(sy.Namespace, sy.Name).Set(float64(len(sy.Status.Inventory)))

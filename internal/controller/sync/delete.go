@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // reconcileDelete prunes the inventory when spec.prune is true (with the same

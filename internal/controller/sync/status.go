@@ -2,12 +2,12 @@ package sync
 
 import (
 	"fmt"
-	"github.com/converge-dev/converge/internal/reconcile"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/reconcile"
 )
 
 // computeStatus turns the observations on s into conditions: Ready always,
