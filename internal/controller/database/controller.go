@@ -365,7 +365,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	base := d.DeepCopy()
 	defer func() {
 		computeStatus(s)
-		if retErr == nil && !s.deleting {
+		// A terminal error (Stalled) has observed this generation too:
+		// kstatus reads a lagging observedGeneration as InProgress, which
+		// would hide the Stalled condition from a waiting Sync, Flux or kpt.
+		if (retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil))) && !s.deleting {
 			d.Status.ObservedGeneration = d.Generation
 		}
 		if err := r.patchStatus(ctx, d, base); err != nil && !apierrors.IsNotFound(err) {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
@@ -74,6 +75,7 @@ func waitReady(t *testing.T, d *sqlv1alpha1.Database) {
 		g.Expect(ready).NotTo(BeNil())
 		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready: %s: %s", ready.Reason, ready.Message)
 		g.Expect(ready.Reason).To(Equal(sqlv1alpha1.AvailableReason), ready.Message)
+		testenv.ExpectKstatus(t.Context(), g, env.Client, d, kstatus.CurrentStatus, "")
 	}).WithTimeout(60 * time.Second).Should(Succeed())
 }
 

@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
@@ -49,6 +50,9 @@ func TestCrashBetweenCreateAndMarkIsCompleted(t *testing.T) {
 		g.Expect(stalled).NotTo(BeNil())
 		g.Expect(stalled.Reason).To(Equal(sqlv1alpha1.DatabaseNotOwnedReason))
 		g.Expect(stalled.Message).To(ContainSubstring("belongs to Database " + ns + "/crashed"))
+		// A terminal error observed the generation: kstatus (a waiting
+		// Sync, Flux) reads Failed with the reason, not InProgress.
+		testenv.ExpectKstatus(ctx, g, env.Client, thief, kstatus.FailedStatus, sqlv1alpha1.DatabaseNotOwnedReason)
 	}).Should(Succeed())
 	g.Expect(roleExists(t, pg, "thief_owner")).To(BeFalse())
 }

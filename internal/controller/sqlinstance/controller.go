@@ -164,7 +164,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	defer func() {
 		wasReady := base.(sqlInstance).InstanceStatus().Ready
 		computeStatus(s)
-		if retErr == nil {
+		// A terminal error (Stalled) has observed this generation too, so
+		// that kstatus reads it Failed rather than InProgress.
+		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			inst.InstanceStatus().ObservedGeneration = inst.GetGeneration()
 		}
 		st := inst.InstanceStatus()

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
@@ -37,6 +38,8 @@ func expectStalled(t *testing.T, inst client.Object, reason, msg string) {
 		stalled := meta.FindStatusCondition(st.Conditions, sqlv1alpha1.StalledCondition)
 		g.Expect(stalled).NotTo(BeNil())
 		g.Expect(stalled.Reason).To(Equal(reason))
+		// Stalled at the generation it observed: kstatus reads Failed.
+		testenv.ExpectKstatus(t.Context(), g, env.Client, inst, kstatus.FailedStatus, reason)
 	}).Should(Succeed())
 }
 
@@ -49,6 +52,7 @@ func expectReady(t *testing.T, inst client.Object) {
 		g.Expect(ready).NotTo(BeNil())
 		g.Expect(st.Ready).To(BeTrue(), "%s: %s", ready.Reason, ready.Message)
 		g.Expect(ready.Reason).To(Equal(sqlv1alpha1.ConnectedReason))
+		testenv.ExpectKstatus(t.Context(), g, env.Client, inst, kstatus.CurrentStatus, "")
 	}).Should(Succeed())
 }
 
