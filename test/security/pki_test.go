@@ -82,7 +82,7 @@ func TestPKIAnotherNamespacesCA(t *testing.T) {
 		g.Expect(attacker.Client.Get(t.Context(), client.ObjectKeyFromObject(steal), steal)).To(Succeed())
 		g.Expect(meta.FindStatusCondition(steal.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(HaveField("Reason", pkiv1alpha1.CASecretInvalidReason))
 	}).WithTimeout(time.Second).Should(Succeed(), "and it stays refused")
-	g.Expect(steal.Status.Conditions[0].Message).To(ContainSubstring(attacker.NS + "/victim-ca not found"))
+	g.Expect(meta.FindStatusCondition(steal.Status.Conditions, pkiv1alpha1.ReadyCondition).Message).To(ContainSubstring(attacker.NS + "/victim-ca not found"))
 
 	// The attacker names the victim's Issuer.
 	for _, name := range []string{"steal", "victim"} {

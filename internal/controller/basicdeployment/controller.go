@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -119,6 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			d.Status.ObservedGeneration = d.Generation
 			res.RequeueAfter = s.requeueAfter
 		}
+		creconcile.SetKstatus(&d.Status.Conditions, d.Generation)
 		if apiequality.Semantic.DeepEqual(base.Status, d.Status) {
 			return // nothing changed: spare the API server an empty patch
 		}
