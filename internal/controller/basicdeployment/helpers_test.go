@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
@@ -65,6 +66,7 @@ func waitComplete(ctx context.Context, g Gomega, d *workloadsv1alpha1.BasicDeplo
 		g.Expect(d.Status.AvailableReplicas).To(Equal(want))
 		g.Expect(meta.IsStatusConditionTrue(d.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue(),
 			"Ready: %v", meta.FindStatusCondition(d.Status.Conditions, workloadsv1alpha1.ReadyCondition))
+		testenv.ExpectKstatus(ctx, g, env.Client, d, kstatus.CurrentStatus, "")
 	}).WithTimeout(90 * testSecond).Should(Succeed())
 }
 

@@ -49,6 +49,7 @@ func waitCert(t *testing.T, g Gomega, ns, name, cond string, status metav1.Condi
 		g.Expect(got).NotTo(BeNil(), "condition %s", cond)
 		g.Expect(got.Status).To(Equal(status), got.Message)
 		g.Expect(got.Reason).To(Equal(reason), got.Message)
+		testenv.ExpectKstatusAgrees(t.Context(), g, env.Client, c)
 	}).Should(Succeed())
 	return c
 }

@@ -10,6 +10,7 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 const wait = 60 * time.Second
@@ -41,6 +42,9 @@ func waitMachine(t *testing.T, m *machinev1alpha1.Machine, check func(g Gomega, 
 	NewWithT(t).Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(m), out)).To(Succeed())
 		check(g, out)
+		// Whatever state the test waits for, kstatus reads it as the
+		// conditions mean it.
+		testenv.ExpectKstatusAgrees(t.Context(), g, env.Client, out)
 	}).WithTimeout(wait).WithPolling(100 * time.Millisecond).Should(Succeed())
 	return out
 }

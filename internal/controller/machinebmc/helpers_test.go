@@ -81,6 +81,9 @@ func waitBMC(t *testing.T, b *bmcv1alpha1.MachineBMC, check func(g Gomega, b *bm
 	NewWithT(t).Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), out)).To(Succeed())
 		check(g, out)
+		// Whatever state the test waits for, kstatus reads it as the
+		// conditions mean it.
+		testenv.ExpectKstatusAgrees(t.Context(), g, env.Client, out)
 	}).WithTimeout(wait).WithPolling(100 * time.Millisecond).Should(Succeed())
 	return out
 }
@@ -91,6 +94,9 @@ func waitMachine(t *testing.T, m *machinev1alpha1.Machine, check func(g Gomega, 
 	NewWithT(t).Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(m), out)).To(Succeed())
 		check(g, out)
+		// Whatever state the test waits for, kstatus reads it as the
+		// conditions mean it.
+		testenv.ExpectKstatusAgrees(t.Context(), g, env.Client, out)
 	}).WithTimeout(wait).WithPolling(100 * time.Millisecond).Should(Succeed())
 	return out
 }
