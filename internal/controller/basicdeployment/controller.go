@@ -14,6 +14,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
@@ -119,6 +120,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if retErr == nil {
 			d.Status.ObservedGeneration = d.Generation
 			res.RequeueAfter = s.requeueAfter
+		}
+		// Past its progress deadline the rollout is Failed for kstatus, as
+		// a Deployment is: Stalled mirrors Progressing=False with
+		// ProgressDeadlineExceeded (the rollout still goes on if it can).
+		if p := meta.FindStatusCondition(d.Status.Conditions, workloadsv1alpha1.ProgressingCondition); p != nil &&
+			p.Status == metav1.ConditionFalse && p.Reason == workloadsv1alpha1.ProgressDeadlineExceededReason {
+			creconcile.MarkTrue(&d.Status.Conditions, d.Generation, creconcile.StalledCondition, p.Reason, p.Message)
+		} else {
+			creconcile.Remove(&d.Status.Conditions, creconcile.StalledCondition)
 		}
 		creconcile.SetKstatus(&d.Status.Conditions, d.Generation)
 		if apiequality.Semantic.DeepEqual(base.Status, d.Status) {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
@@ -285,6 +286,8 @@ func waitDeadline(t *testing.T, g Gomega, d *workloadsv1alpha1.BasicDeployment) 
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).To(Equal(workloadsv1alpha1.ProgressDeadlineExceededReason), "Progressing: %s", c.Message)
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		// kstatus reads it Failed, as it reads a Deployment past its deadline.
+		testenv.ExpectKstatus(t.Context(), g, env.Client, d, kstatus.FailedStatus, workloadsv1alpha1.ProgressDeadlineExceededReason)
 	}).Should(Succeed())
 	t.Logf("Progressing=False: %s", c.Message)
 	return c
