@@ -77,52 +77,26 @@ func Truncate(s string, maxBytes int) string {
 	return s[:cut] + ellipsis
 }
 
-// The condition types kstatus (sigs.k8s.io/cli-utils/pkg/kstatus: what a
-// waiting Sync, Flux and kpt read) gives a meaning to, and Ready, which
-// every Converge kind sets.
-const (
-	ReadyCondition       = "Ready"
-	ReconcilingCondition = "Reconciling"
-	StalledCondition     = "Stalled"
-)
+// StalledCondition is the condition kstatus (sigs.k8s.io/cli-utils/pkg/kstatus:
+// what a waiting Sync, Flux and kpt read) reads as Failed.
+const StalledCondition = "Stalled"
 
-// SetKstatus keeps the conditions kstatus reads in step with Ready, so that
-// kstatus reads the object as its controller means it:
-//
-//   - Ready=True is Current: no Reconciling;
-//   - Stalled=True is Failed: no Reconciling (nothing changes until someone
-//     acts);
-//   - any other Ready (False or Unknown: the controller is still working
-//     towards it) is InProgress: Reconciling=True with Ready's reason and
-//     message;
-//   - no Ready condition: no Reconciling.
-//
-// A kind whose terminal failure has a condition of its own (a backup's
-// Failed, a request's Denied) names those types in failed: then this
-// function owns Stalled too, True with the reason and message of the first
-// failed type that is True, removed when none is. Call it after the
-// reconcile set its conditions, before the status is written. It reports
-// whether anything changed.
-func SetKstatus(conds *[]metav1.Condition, generation int64, failed ...string) bool {
-	changed := false
-	if len(failed) > 0 {
-		var cause *metav1.Condition
-		for _, typ := range failed {
-			if c := meta.FindStatusCondition(*conds, typ); c != nil && c.Status == metav1.ConditionTrue {
-				cause = c
-				break
-			}
-		}
-		if cause != nil {
-			changed = MarkTrue(conds, generation, StalledCondition, cause.Reason, cause.Message)
-		} else {
-			changed = Remove(conds, StalledCondition)
+// MirrorStalled is for a kind whose terminal failure has a condition of its
+// own (a backup's Failed, a request's Denied): it sets Stalled=True with the
+// reason and message of the first type in failed that is True, and removes
+// Stalled when none is, so that kstatus reads the object Failed exactly
+// while it has failed for good. (kstatus reads the rest from Ready and
+// status.observedGeneration: Ready=False is InProgress, Ready=True
+// Current.) With no failed types it changes nothing: a kind that sets
+// Stalled itself keeps it. It reports whether anything changed.
+func MirrorStalled(conds *[]metav1.Condition, generation int64, failed ...string) bool {
+	if len(failed) == 0 {
+		return false
+	}
+	for _, typ := range failed {
+		if c := meta.FindStatusCondition(*conds, typ); c != nil && c.Status == metav1.ConditionTrue {
+			return MarkTrue(conds, generation, StalledCondition, c.Reason, c.Message)
 		}
 	}
-	ready := meta.FindStatusCondition(*conds, ReadyCondition)
-	if ready == nil || ready.Status == metav1.ConditionTrue || meta.IsStatusConditionTrue(*conds, StalledCondition) {
-		return Remove(conds, ReconcilingCondition) || changed
-	}
-	reason, message := ready.Reason, ready.Message
-	return MarkTrue(conds, generation, ReconcilingCondition, reason, message) || changed
+	return Remove(conds, StalledCondition)
 }

@@ -11,11 +11,12 @@ import (
 	"github.com/converge-dev/converge/internal/reconcile"
 )
 
-// TestSetKstatus: what kstatus (the library a waiting Sync, Flux and kpt
-// use) computes for a status whose conditions SetKstatus kept: Ready is
-// Current, working is InProgress with Ready's reason, Stalled (or a
-// kind's own failure condition) is Failed, and back.
-func TestSetKstatus(t *testing.T) {
+// TestMirrorStalled: what kstatus (the library a waiting Sync, Flux and
+// kpt use) computes for a Converge status: it falls back to Ready (True is
+// Current, False or Unknown InProgress with Ready's reason), Stalled is
+// Failed, and a kind's own failure condition is Failed once MirrorStalled
+// mirrored it, and Current again once it is lifted.
+func TestMirrorStalled(t *testing.T) {
 	cond := func(typ string, st metav1.ConditionStatus, reason string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: reason + " message", ObservedGeneration: 3}
 	}
@@ -47,7 +48,7 @@ func TestSetKstatus(t *testing.T) {
 		want   kstatus.Status
 		reason string // of Reconciling or Stalled, when set
 	}{
-		{"ready", []metav1.Condition{cond("Ready", metav1.ConditionTrue, "Available"), cond("Reconciling", metav1.ConditionTrue, "Old")}, nil, kstatus.CurrentStatus, ""},
+		{"ready", []metav1.Condition{cond("Ready", metav1.ConditionTrue, "Available")}, nil, kstatus.CurrentStatus, ""},
 		{"working", []metav1.Condition{cond("Ready", metav1.ConditionFalse, "Provisioning")}, nil, kstatus.InProgressStatus, "Provisioning"},
 		{"unknown", []metav1.Condition{cond("Ready", metav1.ConditionUnknown, "Checking")}, nil, kstatus.InProgressStatus, "Checking"},
 		{"stalled", []metav1.Condition{cond("Ready", metav1.ConditionFalse, "PrivilegedRole"), cond("Stalled", metav1.ConditionTrue, "PrivilegedRole")}, nil, kstatus.FailedStatus, "PrivilegedRole"},
@@ -57,7 +58,7 @@ func TestSetKstatus(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conds := append([]metav1.Condition(nil), tc.conds...)
-			reconcile.SetKstatus(&conds, 3, tc.failed...)
+			reconcile.MirrorStalled(&conds, 3, tc.failed...)
 			res := read(t, conds)
 			if res.Status != tc.want {
 				t.Fatalf("kstatus %s (%s), want %s; conditions %+v", res.Status, res.Message, tc.want, conds)
@@ -71,8 +72,8 @@ func TestSetKstatus(t *testing.T) {
 					t.Fatalf("kstatus conditions %+v do not carry reason %s", res.Conditions, tc.reason)
 				}
 			}
-			if reconcile.SetKstatus(&conds, 3, tc.failed...) {
-				t.Fatalf("a second SetKstatus changed %+v: it is not idempotent", conds)
+			if reconcile.MirrorStalled(&conds, 3, tc.failed...) {
+				t.Fatalf("a second MirrorStalled changed %+v: it is not idempotent", conds)
 			}
 		})
 	}

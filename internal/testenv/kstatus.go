@@ -15,36 +15,36 @@ import (
 // and kpt read) computes want for it, and, when reason is not empty, that
 // the conditions it read carry reason. Call it inside Eventually.
 func ExpectKstatus(ctx context.Context, g gomega.Gomega, c client.Client, obj client.Object, want kstatus.Status, reason string) *kstatus.Result {
-	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), u)).To(gomega.Succeed())
-	res, err := kstatus.Compute(u)
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	g.Expect(res.Status).To(gomega.Equal(want), "kstatus of %s %s: %s", gvk.Kind, client.ObjectKeyFromObject(obj), res.Message)
+	_, res, what := readKstatus(ctx, g, c, obj)
+	g.Expect(res.Status).To(gomega.Equal(want), "kstatus of %s: %s", what, res.Message)
 	if reason != "" {
-		g.Expect(res.Conditions).To(gomega.ContainElement(gomega.HaveField("Reason", reason)), "kstatus conditions of %s %s", gvk.Kind, client.ObjectKeyFromObject(obj))
+		g.Expect(res.Conditions).To(gomega.ContainElement(gomega.HaveField("Reason", reason)), "kstatus conditions of %s", what)
 	}
 	return res
 }
 
-// ExpectKstatusAgrees reads obj from the API server and asserts that
-// kstatus reads it as its own conditions mean it: being deleted is
-// Terminating; Stalled=True is Failed
-// with the Stalled reason; otherwise, with status.observedGeneration
-// current, Ready=True is Current and any other Ready InProgress. A Converge
-// kind that does not keep its kstatus conditions (reconcile.SetKstatus) in
-// step with Ready fails it. Call it inside Eventually, where a test already
-// waits for a state.
-func ExpectKstatusAgrees(ctx context.Context, g gomega.Gomega, c client.Client, obj client.Object) {
+// readKstatus reads obj from the API server as unstructured (what kstatus
+// reads) and computes its kstatus; what names the object in messages.
+func readKstatus(ctx context.Context, g gomega.Gomega, c client.Client, obj client.Object) (u *unstructured.Unstructured, res *kstatus.Result, what string) {
 	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
 	g.Expect(err).NotTo(gomega.HaveOccurred())
-	u := &unstructured.Unstructured{}
+	u = &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), u)).To(gomega.Succeed())
-	res, err := kstatus.Compute(u)
+	res, err = kstatus.Compute(u)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
+	return u, res, gvk.Kind + " " + client.ObjectKeyFromObject(obj).String()
+}
+
+// ExpectKstatusAgrees reads obj from the API server and asserts that
+// kstatus reads it as its own conditions mean it: being deleted is
+// Terminating; Stalled=True is Failed with the Stalled reason; otherwise,
+// with status.observedGeneration current, Ready=True is Current and any
+// other Ready InProgress. A Converge kind that leaves a stale Reconciling
+// or Stalled condition, or does not stamp observedGeneration, fails it.
+// Call it inside Eventually, where a test already waits for a state.
+func ExpectKstatusAgrees(ctx context.Context, g gomega.Gomega, c client.Client, obj client.Object) {
+	u, res, what := readKstatus(ctx, g, c, obj)
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	state := func(typ string) (status, reason string) {
 		for _, raw := range conds {
@@ -57,7 +57,6 @@ func ExpectKstatusAgrees(ctx context.Context, g gomega.Gomega, c client.Client, 
 		return status, reason
 	}
 	og, found, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-	what := gvk.Kind + " " + client.ObjectKeyFromObject(obj).String()
 	stalled, stalledReason := state("Stalled")
 	ready, readyReason := state("Ready")
 	switch {

@@ -14,7 +14,6 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
@@ -26,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -121,16 +119,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			d.Status.ObservedGeneration = d.Generation
 			res.RequeueAfter = s.requeueAfter
 		}
-		// Past its progress deadline the rollout is Failed for kstatus, as
-		// a Deployment is: Stalled mirrors Progressing=False with
-		// ProgressDeadlineExceeded (the rollout still goes on if it can).
-		if p := meta.FindStatusCondition(d.Status.Conditions, workloadsv1alpha1.ProgressingCondition); p != nil &&
-			p.Status == metav1.ConditionFalse && p.Reason == workloadsv1alpha1.ProgressDeadlineExceededReason {
-			creconcile.MarkTrue(&d.Status.Conditions, d.Generation, creconcile.StalledCondition, p.Reason, p.Message)
-		} else {
-			creconcile.Remove(&d.Status.Conditions, creconcile.StalledCondition)
-		}
-		creconcile.SetKstatus(&d.Status.Conditions, d.Generation)
 		if apiequality.Semantic.DeepEqual(base.Status, d.Status) {
 			return // nothing changed: spare the API server an empty patch
 		}

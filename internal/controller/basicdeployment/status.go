@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // computeStatus sums the children's status into the parent's and sets the
@@ -92,6 +93,13 @@ func progressing(s *scope, old *workloadsv1alpha1.BasicDeploymentStatus) {
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
+	// Past its progress deadline the rollout is Failed for kstatus, as a
+	// Deployment is (the rollout still goes on if it can).
+	if cond.Status == metav1.ConditionFalse && cond.Reason == workloadsv1alpha1.ProgressDeadlineExceededReason {
+		creconcile.MarkTrue(&st.Conditions, d.Generation, creconcile.StalledCondition, cond.Reason, cond.Message)
+	} else {
+		creconcile.Remove(&st.Conditions, creconcile.StalledCondition)
+	}
 	if cond.Status == metav1.ConditionTrue && cond.Reason != workloadsv1alpha1.NewReplicaSetAvailableReason && st.LastProgressTime != nil {
 		wait := st.LastProgressTime.Add(deadline).Sub(s.now) + time.Second
 		if s.requeueAfter == 0 || wait < s.requeueAfter {

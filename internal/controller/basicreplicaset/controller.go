@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -138,7 +137,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if retErr == nil {
 			rs.Status.ObservedGeneration = rs.Generation
 		}
-		creconcile.SetKstatus(&rs.Status.Conditions, rs.Generation)
 		if apiequality.Semantic.DeepEqual(base.Status, rs.Status) {
 			return // nothing changed: spare the API server an empty patch
 		}

@@ -221,7 +221,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if s.skipStatus && retErr == nil {
 			return
 		}
-		creconcile.SetKstatus(&cert.Status.Conditions, cert.Generation)
 		cert.Status.ObservedGeneration = cert.Generation
 		rv := cert.ResourceVersion
 		if err := patcher.Patch(ctx, &cert); err != nil {

@@ -164,8 +164,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	default:
 		set(pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, pkiv1alpha1.PendingReason, o.message)
 	}
-	// Refused requests are terminal: kstatus reads them Failed.
-	creconcile.SetKstatus(&cr.Status.Conditions, cr.Generation, pkiv1alpha1.InvalidRequestCondition, pkiv1alpha1.DeniedCondition)
+	// Refused requests are terminal: Stalled, so kstatus reads them Failed.
+	creconcile.MirrorStalled(&cr.Status.Conditions, cr.Generation, pkiv1alpha1.InvalidRequestCondition, pkiv1alpha1.DeniedCondition)
 	if err := patcher.Patch(ctx, &cr); err != nil {
 		return ctrl.Result{}, fmt.Errorf("patching the status: %w", err)
 	}

@@ -287,7 +287,7 @@ func (r *Reconciler) databasesForInstance(ctx context.Context, o client.Object) 
 
 // ownedConditions are the condition types this controller writes; others on
 // the same status (the backup controller's) are left alone.
-var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCondition, sqlv1alpha1.StalledCondition, sqlv1alpha1.DeletingCondition, creconcile.ReconcilingCondition}
+var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCondition, sqlv1alpha1.StalledCondition, sqlv1alpha1.DeletingCondition}
 
 // patchStatus writes the status with an optimistic lock, so conditions other
 // controllers set are never overwritten from a stale copy. On a conflict it
@@ -371,7 +371,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if (retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil))) && !s.deleting {
 			d.Status.ObservedGeneration = d.Generation
 		}
-		creconcile.SetKstatus(&d.Status.Conditions, d.Generation)
 		if err := r.patchStatus(ctx, d, base); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
 		}

@@ -223,8 +223,9 @@ func (r *Reconciler) setCondition(ctx context.Context, d *sqlv1alpha1.Database, 
 func (r *Reconciler) patchBackup(ctx context.Context, b *backupv1alpha1.DatabaseBackup, f func(*backupv1alpha1.DatabaseBackupStatus)) error {
 	base := b.DeepCopy()
 	f(&b.Status)
-	// A failed dump is terminal for kstatus: Stalled mirrors Failed.
-	reconcile.SetKstatus(&b.Status.Conditions, b.Generation, backupv1alpha1.FailedCondition)
+	// A failed dump is terminal: Stalled mirrors Failed, so kstatus reads
+	// it Failed.
+	reconcile.MirrorStalled(&b.Status.Conditions, b.Generation, backupv1alpha1.FailedCondition)
 	if err := r.Status().Patch(ctx, b, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("patching DatabaseBackup %s: %w", b.Name, err)
 	}

@@ -50,7 +50,6 @@ func (r *Reconciler) reconcileConfig(ctx context.Context, req ctrl.Request) (_ c
 	var results []nicResult
 	defer func() {
 		configStatus(m, results, retErr == nil)
-		reconcile.SetKstatus(&m.Status.Conditions, m.Generation)
 		retErr = errors.Join(retErr, patcher.Patch(ctx, m))
 	}()
 	keep := map[string]bool{} // pool/ip/mac kept

@@ -142,7 +142,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, pkiv1alpha1.StalledCondition)
 	}
-	creconcile.SetKstatus(&st.Conditions, iss.GetGeneration())
 	st.ObservedGeneration = iss.GetGeneration()
 	if perr := patcher.Patch(ctx, iss); perr != nil {
 		return ctrl.Result{}, fmt.Errorf("patching the status: %w", perr)

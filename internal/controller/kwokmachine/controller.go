@@ -136,7 +136,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		km.Status.Provisioned = false
 		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.ProviderIDNotOwnReason,
 			fmt.Sprintf("spec.providerID %q is not this KwokMachine's own (%s); it is written by the provider only: delete and recreate the KwokMachine without it", km.Spec.ProviderID, ProviderID(km)))
-		creconcile.SetKstatus(&km.Status.Conditions, km.Generation)
 		return ctrl.Result{}, client.IgnoreNotFound(patcher.Patch(ctx, km))
 	}
 	// The finalizer and the providerID in one write, before the Node.
@@ -153,7 +152,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err == nil {
 		km.Status.ObservedGeneration = km.Generation
 	}
-	creconcile.SetKstatus(&km.Status.Conditions, km.Generation)
 	return ctrl.Result{}, errors.Join(err, client.IgnoreNotFound(patcher.Patch(ctx, km)))
 }
 

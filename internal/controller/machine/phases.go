@@ -59,7 +59,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if s.gone {
 			return
 		}
-		creconcile.SetKstatus(&m.Status.Conditions, m.Generation)
 		retErr = errors.Join(retErr, client.IgnoreNotFound(patcher.Patch(ctx, m)))
 	}()
 	if !m.DeletionTimestamp.IsZero() {

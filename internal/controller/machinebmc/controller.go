@@ -180,7 +180,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if retErr == nil {
 			b.Status.ObservedGeneration = b.Generation
 		}
-		creconcile.SetKstatus(&b.Status.Conditions, b.Generation)
 		retErr = errors.Join(retErr, patcher.Patch(ctx, b))
 	}()
 

@@ -37,7 +37,6 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
 // ControllerName is the controller's name.
@@ -300,7 +299,6 @@ func (r *Reconciler) setFinalizer(ctx context.Context, s *scope, on bool) (ctrl.
 // On success u holds what the server stored.
 func (r *Reconciler) checkpoint(ctx context.Context, s *scope) error {
 	computeStatus(s)
-	creconcile.SetKstatus(&s.u.Status.Conditions, s.u.Generation)
 	if equality.Semantic.DeepEqual(s.base.Status, s.u.Status) {
 		return nil
 	}

@@ -52,9 +52,6 @@ func computeStatus(s *scope) {
 		}
 	}
 	st.CurrentStep = creconcile.Truncate(strings.Join(current, ","), creconcile.MaxMessageBytes)
-	if len(st.CurrentStep) > 1000 {
-		st.CurrentStep = st.CurrentStep[:1000]
-	}
 
 	pre, ms, post := stepState(upgradev1alpha1.StepPreChecks), stepState(upgradev1alpha1.StepMachines), stepState(upgradev1alpha1.StepPostChecks)
 	running := pre == upgradev1alpha1.StepStateRunning || post == upgradev1alpha1.StepStateRunning || upgrading > 0

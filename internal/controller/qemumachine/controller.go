@@ -144,7 +144,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err == nil {
 		qm.Status.ObservedGeneration = qm.Generation
 	}
-	creconcile.SetKstatus(&qm.Status.Conditions, qm.Generation)
 	return res, errors.Join(err, client.IgnoreNotFound(patcher.Patch(ctx, qm)))
 }
 

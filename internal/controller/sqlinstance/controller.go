@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
 )
 
@@ -179,7 +178,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			r.Recorder.Eventf(inst, nil, typ, reason, "Check", "%s", msg)
 		}
-		creconcile.SetKstatus(&inst.InstanceStatus().Conditions, inst.GetGeneration())
 		if !equality.Semantic.DeepEqual(base.(sqlInstance).InstanceStatus(), inst.InstanceStatus()) {
 			if err := r.Status().Patch(ctx, inst, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
 				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
