@@ -182,7 +182,7 @@ func expectNodeClaimed(t *testing.T, ns string, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.NodeRef).NotTo(BeNil())
 		g.Expect(m.Status.NodeRef.Name).To(Equal(own.Name))
 		g.Expect(m.Status.NodeRef.UID).To(Equal(own.UID))
-	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed(), "the Machine claims its QemuMachine's Node")
+	}).WithTimeout(wait).WithPolling(200*time.Millisecond).Should(Succeed(), "the Machine claims its QemuMachine's Node")
 	node := &corev1.Node{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(own), node)).To(Succeed())
 	g.Expect(node.Annotations).To(HaveKeyWithValue(contract.NodeOwnerAnnotation, ns+"/"+qm.Name+"/"+string(qm.UID)))
