@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
@@ -186,6 +187,19 @@ func TestProviderIDCannotBeCopied(t *testing.T) {
 		err := attacker.Client.Create(ctx, obj)
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%T: %v", obj, err)
 		g.Expect(err.Error()).To(ContainSubstring("spec.providerID"))
+	}
+	// Nor written later onto the attacker's own objects (one validator
+	// serves both kinds, on create and on update).
+	for _, obj := range []client.Object{
+		&infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: attacker.NS, Name: "later"}},
+		&infrastructurev1alpha1.QemuMachine{ObjectMeta: metav1.ObjectMeta{Namespace: attacker.NS, Name: "later"}},
+	} {
+		g.Expect(attacker.Client.Create(ctx, obj)).To(Succeed())
+		patch := []byte(`{"spec":{"providerID":"` + stolen + `"}}`)
+		err := attacker.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%T: %v", obj, err)
+		g.Expect(err.Error()).To(ContainSubstring("spec.providerID"))
+		g.Expect(attacker.Client.Delete(ctx, obj)).To(Succeed())
 	}
 
 	// Stored around the webhook, behind a Machine.

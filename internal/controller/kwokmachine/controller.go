@@ -10,8 +10,6 @@ package kwokmachine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -94,29 +92,17 @@ func ProviderID(km *infrastructurev1alpha1.KwokMachine) string {
 }
 
 // NodeName is the name of a KwokMachine's Node:
-// kwok-<namespace>-<name>-<hash of namespace/name>, the readable part
-// shortened when too long for a Node name. The hash keeps two namespaces
-// apart whose names join to the same string (a-b/c and a/b-c).
+// kwok-<namespace>-<name>-<hash of namespace/name> (contract.NodeName).
 func NodeName(km *infrastructurev1alpha1.KwokMachine) string {
-	sum := sha256.Sum256([]byte(km.Namespace + "/" + km.Name))
-	suffix := "-" + hex.EncodeToString(sum[:5])
-	n := "kwok-" + km.Namespace + "-" + km.Name
-	// 63 keeps it a valid kubernetes.io/hostname label value too.
-	if len(n)+len(suffix) > 63 {
-		n = strings.TrimRight(n[:63-len(suffix)], "-.")
-	}
-	return n + suffix
+	return contract.NodeName("kwok", km.Namespace, km.Name)
 }
 
 // TenantLabel on a Node names the namespace it was registered for.
-const TenantLabel = "machine.converge.dev/namespace"
+const TenantLabel = contract.TenantLabel
 
 // TenantTaint is the NoSchedule taint (value: the namespace) on every Node
-// registered for a KwokMachine: only Pods tolerating it (the tenant's own,
-// or what the cluster admin allows) are scheduled there.
-func TenantTaint(ns string) corev1.Taint {
-	return corev1.Taint{Key: TenantLabel, Value: ns, Effect: corev1.TaintEffectNoSchedule}
-}
+// registered for a KwokMachine (contract.TenantTaint).
+func TenantTaint(ns string) corev1.Taint { return contract.TenantTaint(ns) }
 
 func owner(km *infrastructurev1alpha1.KwokMachine) string { return km.Namespace + "/" + km.Name }
 

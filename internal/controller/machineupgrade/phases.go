@@ -325,7 +325,7 @@ func (r *Reconciler) evalChecks(ctx context.Context, m *machinev1alpha1.Machine,
 		return false, "", err
 	}
 	var nu map[string]any
-	if node, err := r.machineNode(ctx, m); err != nil {
+	if node, _, err := r.machineNode(ctx, m); err != nil {
 		return false, "", err
 	} else if node != nil {
 		if nu, err = runtime.DefaultUnstructuredConverter.ToUnstructured(node); err != nil {
@@ -639,7 +639,7 @@ func (r *Reconciler) leave(ctx context.Context, s *scope, name, why string) erro
 		} else if done >= stepIndex(upgradev1alpha1.StepPowerCycle) {
 			left = "power cycled into " + u.Spec.Image + " " + u.Spec.Version
 		}
-		node, err := r.machineNode(ctx, m)
+		node, _, err := r.machineNode(ctx, m)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/drain"
+	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
 
 func cordon(ctx context.Context, c client.Client, n *corev1.Node) (bool, error) {
@@ -46,9 +47,9 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 	}
 	switch mp.Step {
 	case upgradev1alpha1.StepCordon:
-		node, err := r.machineNode(ctx, m)
+		node, why, err := r.machineNode(ctx, m)
 		if err != nil || node == nil {
-			return err == nil, "", err
+			return err == nil && why == "", why, err
 		}
 		if mp.CordonedBy == "" {
 			// Before the first cordon write, record (read uncached) whether
@@ -70,9 +71,9 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		return err == nil, "", err
 
 	case upgradev1alpha1.StepDrain:
-		node, err := r.machineNode(ctx, m)
+		node, why, err := r.machineNode(ctx, m)
 		if err != nil || node == nil {
-			return err == nil, "", err
+			return err == nil && why == "", why, err
 		}
 		res, err := drain.Evict(ctx, r.Client, r.APIReader, node.Name)
 		for _, p := range res.Evicted {
@@ -137,9 +138,9 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		return false, why, nil
 
 	case upgradev1alpha1.StepUncordon:
-		node, err := r.machineNode(ctx, m)
+		node, why, err := r.machineNode(ctx, m)
 		if err != nil || node == nil {
-			return err == nil, "", err
+			return err == nil && why == "", why, err
 		}
 		_, err = uncordon(ctx, r.Client, node)
 		return err == nil, "", err
@@ -152,22 +153,33 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 }
 
 // machineNode returns the Machine's Node (status.nodeRef, checked against
-// status.providerID), or nil when it has none.
-func (r *Reconciler) machineNode(ctx context.Context, m *machinev1alpha1.Machine) (*corev1.Node, error) {
+// its recorded UID, status.providerID and the provider's
+// contract.NodeOwnerAnnotation), or nil when it has none. A Node of that
+// name that is not the Machine's (replaced under the same name, or never
+// registered by its provider) is never returned: why says so, for a step
+// that then waits until the Machine's status.nodeRef names its Node again.
+func (r *Reconciler) machineNode(ctx context.Context, m *machinev1alpha1.Machine) (node *corev1.Node, why string, err error) {
 	if m.Status.NodeRef == nil || m.Status.ProviderID == "" {
-		return nil, nil
+		return nil, "", nil
 	}
 	n := &corev1.Node{}
 	if err := r.Get(ctx, types.NamespacedName{Name: m.Status.NodeRef.Name}, n); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return nil, "", nil
 		}
-		return nil, fmt.Errorf("reading Node %s: %w", m.Status.NodeRef.Name, err)
+		return nil, "", fmt.Errorf("reading Node %s: %w", m.Status.NodeRef.Name, err)
 	}
-	if n.Spec.ProviderID != m.Status.ProviderID {
-		return nil, nil
+	switch {
+	case m.Status.NodeRef.UID == "" || n.UID != m.Status.NodeRef.UID:
+		why = fmt.Sprintf("Node %s is not the one Machine %s recorded (UID %s, recorded %s): waiting for the Machine's status.nodeRef to name its Node again; that Node is not touched",
+			n.Name, m.Name, n.UID, orNone(string(m.Status.NodeRef.UID)))
+	case n.Spec.ProviderID != m.Status.ProviderID || n.Annotations[contract.NodeOwnerAnnotation] == "":
+		why = fmt.Sprintf("Node %s does not carry Machine %s's providerID and provider-object annotation: waiting for the Machine's status.nodeRef to name its Node again; that Node is not touched",
+			n.Name, m.Name)
+	default:
+		return n, "", nil
 	}
-	return n, nil
+	return nil, why, nil
 }
 
 // patchMachineSpec writes image, version and the boot device, unless the
@@ -196,7 +208,7 @@ func (r *Reconciler) resetSent(ctx context.Context, u *upgradev1alpha1.MachineUp
 	if m.Status.PowerState == machinev1alpha1.PowerOff {
 		return true, "the Machine is Off"
 	}
-	if node, err := r.machineNode(ctx, m); err == nil && node != nil && node.Annotations[upgradev1alpha1.BootedImageAnnotation] == u.Spec.Image && m.Spec.Image != "" &&
+	if node, _, err := r.machineNode(ctx, m); err == nil && node != nil && node.Annotations[upgradev1alpha1.BootedImageAnnotation] == u.Spec.Image && m.Spec.Image != "" &&
 		node.Annotations[upgradev1alpha1.BootedImageAnnotation] != "" && upgradedBefore(u, m) {
 		return true, "its Node booted " + u.Spec.Image
 	}
@@ -261,12 +273,12 @@ func (r *Reconciler) cameBack(ctx context.Context, u *upgradev1alpha1.MachineUpg
 		return false, "", fmt.Errorf("machine %s has image %q, not %q: something else changed it", m.Name, m.Spec.Image, u.Spec.Image)
 	}
 	if m.Status.NodeRef != nil {
-		node, err := r.machineNode(ctx, m)
+		node, why, err := r.machineNode(ctx, m)
 		if err != nil {
 			return false, "", err
 		}
 		if node == nil {
-			waits = append(waits, "its Node "+m.Status.NodeRef.Name)
+			waits = append(waits, "its Node "+m.Status.NodeRef.Name+orWhy(why))
 		} else {
 			if !nodeReady(node) {
 				waits = append(waits, "Node "+node.Name+" Ready")
@@ -283,6 +295,13 @@ func (r *Reconciler) cameBack(ctx context.Context, u *upgradev1alpha1.MachineUpg
 		return true, "", nil
 	}
 	return false, "waiting for " + strings.Join(waits, ", "), nil
+}
+
+func orWhy(why string) string {
+	if why == "" {
+		return ""
+	}
+	return " (" + why + ")"
 }
 
 func nodeReady(n *corev1.Node) bool {

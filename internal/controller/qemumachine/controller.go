@@ -83,11 +83,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&infrastructurev1alpha1.QemuMachine{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.ours))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
+	if r.NodeName == "" { // a manager: it records each VM's Node (an agent has no right to Nodes)
+		b = watchNodes(b)
+	}
+	return b.Complete(r)
 }
 
 // ours reports whether this reconciler runs obj's VM: bound to its node,
@@ -99,7 +102,7 @@ func (r *Reconciler) ours(obj client.Object) bool {
 
 // ProviderID is a QemuMachine's providerID.
 func ProviderID(qm *infrastructurev1alpha1.QemuMachine) string {
-	return "qemu://" + qm.Namespace + "/" + qm.Name
+	return providerIDPrefix + qm.Namespace + "/" + qm.Name
 }
 
 func id(qm *infrastructurev1alpha1.QemuMachine) string { return qm.Namespace + "/" + qm.Name }
@@ -143,6 +146,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	res, err := r.reconcileVM(ctx, qm)
 	if err == nil {
 		qm.Status.ObservedGeneration = qm.Generation
+	}
+	if r.NodeName == "" { // a manager; in agent mode the manager's Scheduler does it
+		err = errors.Join(err, claimNode(ctx, r.Client, qm))
 	}
 	return res, errors.Join(err, client.IgnoreNotFound(patcher.Patch(ctx, qm)))
 }

@@ -1,6 +1,7 @@
 package qemumachine_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,6 +102,8 @@ func TestQemuMachineLifecycle(t *testing.T) {
 		pid = qm.Status.PID
 	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
 
+	expectNodeClaimed(t, ns, m)
+
 	setPower(t, m, machinev1alpha1.PowerOff)
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(m), m)).To(Succeed())
@@ -146,6 +150,48 @@ func TestQemuMachineLifecycle(t *testing.T) {
 		g.Expect(readyReason(qm)).To(Equal(infrastructurev1alpha1.PoweredOnReason))
 		g.Expect(qm.Status.PowerState).To(Equal(machinev1alpha1.PowerOn))
 	}).WithTimeout(wait).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// expectNodeClaimed registers the Nodes a kubelet would (the test image
+// runs none): first a decoy with the QemuMachine's providerID under another
+// name (a kubelet elsewhere may choose any providerID), then the guest's own
+// Node, qemumachine.NodeName. The manager records the guest's as the
+// QemuMachine's (provider-object annotation, tenant label and taint) and the
+// Machine's status.nodeRef names it with its UID; the decoy is never
+// claimed nor changed.
+func expectNodeClaimed(t *testing.T, ns string, m *machinev1alpha1.Machine) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := t.Context()
+	qm := getQM(t, g, ns, m.Spec.InfrastructureRef.Name)
+	register := func(name string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: qemumachine.ProviderID(qm)}}
+		g.Expect(env.Client.Create(ctx, n)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
+		return n
+	}
+	decoy := register("decoy-" + ns)
+	g.Consistently(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+		g.Expect(m.Status.NodeRef).To(BeNil(), "a Node found by providerID alone is never the Machine's")
+	}).WithTimeout(2 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	own := register(qemumachine.NodeName(qm))
+	g.Expect(own.Name).To(HavePrefix("qemu-" + ns + "-" + qm.Name + "-"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+		g.Expect(m.Status.NodeRef).NotTo(BeNil())
+		g.Expect(m.Status.NodeRef.Name).To(Equal(own.Name))
+		g.Expect(m.Status.NodeRef.UID).To(Equal(own.UID))
+	}).WithTimeout(wait).WithPolling(200*time.Millisecond).Should(Succeed(), "the Machine claims its QemuMachine's Node")
+	node := &corev1.Node{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(own), node)).To(Succeed())
+	g.Expect(node.Annotations).To(HaveKeyWithValue(contract.NodeOwnerAnnotation, ns+"/"+qm.Name+"/"+string(qm.UID)))
+	g.Expect(node.Labels).To(HaveKeyWithValue(contract.TenantLabel, ns), "the Node names its tenant")
+	g.Expect(node.Spec.Taints).To(ContainElement(contract.TenantTaint(ns)), "only the tenant's Pods land on it")
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(decoy), decoy)).To(Succeed())
+	g.Expect(decoy.Annotations).NotTo(HaveKey(contract.NodeOwnerAnnotation), "the decoy is left alone")
+	g.Expect(decoy.Labels).NotTo(HaveKey(contract.TenantLabel))
+	g.Expect(decoy.Spec.Taints).NotTo(ContainElement(HaveField("Key", contract.TenantLabel)))
 }
 
 func processGone(pid int) bool {

@@ -75,9 +75,9 @@ func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
 	if s.Now == nil {
 		s.Now = time.Now
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	return watchNodes(ctrl.NewControllerManagedBy(mgr).
 		Named(SchedulerName).
-		For(&infrastructurev1alpha1.QemuMachine{}).
+		For(&infrastructurev1alpha1.QemuMachine{})).
 		Complete(s)
 }
 
@@ -183,6 +183,9 @@ func (s *Scheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		}
 		return ctrl.Result{}, nil // the update event brings it back, bound
 	}
+	// The agent runs the VM; the Node its guest registers is recorded
+	// here, by the manager (the agent has no right to Nodes).
+	claimErr := claimNode(ctx, s.Client, qm)
 	node := qm.Spec.NodeName
 	if alive[node] {
 		creconcile.MarkTrue(&qm.Status.Conditions, qm.Generation, infrastructurev1alpha1.AgentReadyCondition,
@@ -193,7 +196,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 			fmt.Sprintf("the machine agent on node %s is not heartbeating (Lease %s/%s): its VM, if any, is left as it is and never started on another node; the status is stale until the agent is back",
 				node, s.LeaseNamespace, AgentLeaseName(node)))
 	}
-	return ctrl.Result{RequeueAfter: s.CheckInterval}, client.IgnoreNotFound(patcher.Patch(ctx, qm))
+	return ctrl.Result{RequeueAfter: s.CheckInterval}, errors.Join(claimErr, client.IgnoreNotFound(patcher.Patch(ctx, qm)))
 }
 
 // pick is the live agent's node with the fewest bound QemuMachines (then

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
@@ -23,12 +24,23 @@ import (
 // value, such as another tenant's machine's, is refused.
 type Providers struct{}
 
-// SetupWithManager registers the KwokMachine and QemuMachine webhooks.
+// SetupWithManager registers the KwokMachine and QemuMachine webhooks,
+// both served by one providerIDValidator.
 func (Providers) SetupWithManager(mgr ctrl.Manager) error {
-	if err := ctrl.NewWebhookManagedBy(mgr, &infrastructurev1alpha1.KwokMachine{}).WithValidator(kwokValidator{}).Complete(); err != nil {
+	kwok := providerIDValidator[*infrastructurev1alpha1.KwokMachine]{
+		kind: infrastructurev1alpha1.GroupVersion.WithKind("KwokMachine").GroupKind(),
+		got:  func(km *infrastructurev1alpha1.KwokMachine) string { return km.Spec.ProviderID },
+		own:  kwokmachine.ProviderID,
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &infrastructurev1alpha1.KwokMachine{}).WithValidator(kwok).Complete(); err != nil {
 		return err
 	}
-	return ctrl.NewWebhookManagedBy(mgr, &infrastructurev1alpha1.QemuMachine{}).WithValidator(qemuValidator{}).Complete()
+	qemu := providerIDValidator[*infrastructurev1alpha1.QemuMachine]{
+		kind: infrastructurev1alpha1.GroupVersion.WithKind("QemuMachine").GroupKind(),
+		got:  func(qm *infrastructurev1alpha1.QemuMachine) string { return qm.Spec.ProviderID },
+		own:  qemumachine.ProviderID,
+	}
+	return ctrl.NewWebhookManagedBy(mgr, &infrastructurev1alpha1.QemuMachine{}).WithValidator(qemu).Complete()
 }
 
 // ValidateProviderID refuses a providerID other than "" and own, naming
@@ -41,44 +53,30 @@ func ValidateProviderID(gk schema.GroupKind, name, got, own string) error {
 		"written by the provider only; the only value allowed is this object's own, "+own)})
 }
 
-type kwokValidator struct{}
-
-func (kwokValidator) check(km *infrastructurev1alpha1.KwokMachine) error {
-	return ValidateProviderID(infrastructurev1alpha1.GroupVersion.WithKind("KwokMachine").GroupKind(), km.Name, km.Spec.ProviderID, kwokmachine.ProviderID(km))
+// providerIDValidator is the admission check of a provider kind whose
+// spec.providerID may only be the object's own: got reads it, own is the
+// provider's value for the object.
+type providerIDValidator[T client.Object] struct {
+	kind schema.GroupKind
+	got  func(T) string
+	own  func(T) string
 }
 
-func (v kwokValidator) ValidateCreate(_ context.Context, km *infrastructurev1alpha1.KwokMachine) (admission.Warnings, error) {
-	return nil, v.check(km)
+func (v providerIDValidator[T]) check(o T) error {
+	return ValidateProviderID(v.kind, o.GetName(), v.got(o), v.own(o))
 }
 
-func (v kwokValidator) ValidateUpdate(_ context.Context, old, km *infrastructurev1alpha1.KwokMachine) (admission.Warnings, error) {
-	if old.Spec.ProviderID == km.Spec.ProviderID {
+func (v providerIDValidator[T]) ValidateCreate(_ context.Context, o T) (admission.Warnings, error) {
+	return nil, v.check(o)
+}
+
+func (v providerIDValidator[T]) ValidateUpdate(_ context.Context, old, o T) (admission.Warnings, error) {
+	if v.got(old) == v.got(o) {
 		return nil, nil // a stored value is never a reason to refuse finalizer or status work
 	}
-	return nil, v.check(km)
+	return nil, v.check(o)
 }
 
-func (kwokValidator) ValidateDelete(context.Context, *infrastructurev1alpha1.KwokMachine) (admission.Warnings, error) {
-	return nil, nil
-}
-
-type qemuValidator struct{}
-
-func (qemuValidator) check(qm *infrastructurev1alpha1.QemuMachine) error {
-	return ValidateProviderID(infrastructurev1alpha1.GroupVersion.WithKind("QemuMachine").GroupKind(), qm.Name, qm.Spec.ProviderID, qemumachine.ProviderID(qm))
-}
-
-func (v qemuValidator) ValidateCreate(_ context.Context, qm *infrastructurev1alpha1.QemuMachine) (admission.Warnings, error) {
-	return nil, v.check(qm)
-}
-
-func (v qemuValidator) ValidateUpdate(_ context.Context, old, qm *infrastructurev1alpha1.QemuMachine) (admission.Warnings, error) {
-	if old.Spec.ProviderID == qm.Spec.ProviderID {
-		return nil, nil // a stored value is never a reason to refuse finalizer or status work
-	}
-	return nil, v.check(qm)
-}
-
-func (qemuValidator) ValidateDelete(context.Context, *infrastructurev1alpha1.QemuMachine) (admission.Warnings, error) {
+func (providerIDValidator[T]) ValidateDelete(context.Context, T) (admission.Warnings, error) {
 	return nil, nil
 }

@@ -8,11 +8,14 @@
 package infrastructuremachine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -159,6 +162,33 @@ const NodeOwnerAnnotation = "machine.converge.dev/provider-object"
 // "<namespace>/<name>/<uid>".
 func NodeOwner(o metav1.Object) string {
 	return o.GetNamespace() + "/" + o.GetName() + "/" + string(o.GetUID())
+}
+
+// NodeName is the name of the Node registered for the provider object
+// namespace/name of a provider whose Nodes are named with prefix:
+// <prefix>-<namespace>-<name>-<hash of namespace/name>, the readable part
+// shortened when too long for a Node name. The hash keeps two namespaces
+// apart whose names join to the same string (a-b/c and a/b-c).
+func NodeName(prefix, namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	suffix := "-" + hex.EncodeToString(sum[:5])
+	n := prefix + "-" + namespace + "-" + name
+	// 63 keeps it a valid kubernetes.io/hostname label value too.
+	if len(n)+len(suffix) > 63 {
+		n = strings.TrimRight(n[:63-len(suffix)], "-.")
+	}
+	return n + suffix
+}
+
+// TenantLabel on a Node names the namespace of the provider object it was
+// registered for.
+const TenantLabel = "machine.converge.dev/namespace"
+
+// TenantTaint is the NoSchedule taint (value: the namespace) on every Node
+// registered for a namespaced provider object: only Pods tolerating it (the
+// tenant's own, or what the cluster admin allows) are scheduled there.
+func TenantTaint(namespace string) corev1.Taint {
+	return corev1.Taint{Key: TenantLabel, Value: namespace, Effect: corev1.TaintEffectNoSchedule}
 }
 
 // IsViolation reports whether err is a contract violation.
