@@ -32,6 +32,7 @@ import (
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/issuerref"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
 
@@ -59,6 +60,7 @@ const (
 // +kubebuilder:rbac:groups=pki.converge.dev,resources=issuers;clusterissuers,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
 // Reconciler reconciles Certificates.
 type Reconciler struct {
@@ -78,6 +80,10 @@ type Reconciler struct {
 	// (--max-rsa-key-size); pki.DefaultMaxRSAKeySize when zero. A
 	// Certificate asking for more is Stalled (KeySizeNotAllowed).
 	MaxRSAKeySize int
+	// Contracts answers, from the manager's cache, whether the kind of an
+	// issuerRef of another group declares the issuer contract;
+	// SetupWithManager fills it.
+	Contracts pcontract.Checker
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
 	// Now is the clock; time.Now when nil.
@@ -99,6 +105,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	r.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	if r.Now == nil {
 		r.Now = time.Now
 	}
