@@ -54,6 +54,14 @@ type scope struct {
 	trustCache bool
 }
 
+// errKeyWait: the key generator has no slot for this Certificate's
+// namespace now (keyGate); it is woken when one frees.
+var errKeyWait = errors.New("waiting for a key generation slot")
+
+// keyWaitRequeue is the fallback wake-up of a Certificate waiting for a
+// key generation slot, should its wake-up be lost.
+const keyWaitRequeue = 5 * time.Second
+
 // staleRequeue is how soon a reconcile that found the cache behind looks
 // again.
 const staleRequeue = 200 * time.Millisecond
@@ -288,9 +296,13 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		s.signsAtOnce = iss.GetSpec().CA != nil || iss.GetSpec().SelfSigned != nil
 	}
 	key, keySecret, err := r.nextKey(ctx, s, keyInMemory)
-	if errors.Is(err, errStaleCache) {
+	switch {
+	case errors.Is(err, errStaleCache):
 		return staleCache(s), nil
-	} else if err != nil {
+	case errors.Is(err, errKeyWait):
+		s.wait(pkiv1alpha1.RequestPendingReason, "waiting for a turn to generate the private key (RSA keys are made one per namespace at a time)")
+		return ctrl.Result{RequeueAfter: keyWaitRequeue}, nil
+	case err != nil:
 		return ctrl.Result{}, err
 	}
 	rev := ptr.Deref(c.Status.Revision, 0) + 1
