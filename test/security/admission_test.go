@@ -29,11 +29,11 @@ func TestUpgradeAdmissionCostsNoAPIRead(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx, mk("first", "a"))).To(Succeed())
 	const n = 40
-	before := apiReadsOf(t, "machineupgrades", "machines")
+	before := apiRequests(t, []string{"machineupgrades", "machines"}, "GET", "LIST")
 	for i := range n {
 		g.Expect(env.Client.Create(ctx, mk(fmt.Sprintf("probe-%d", i), "b"), client.DryRunAll)).To(Succeed())
 	}
-	reads := apiReadsOf(t, "machineupgrades", "machines") - before
+	reads := apiRequests(t, []string{"machineupgrades", "machines"}, "GET", "LIST") - before
 	g.Expect(reads).To(BeNumerically("<", n/4),
 		"%d MachineUpgrade admissions cost %v API reads of MachineUpgrades and Machines", n, reads)
 }

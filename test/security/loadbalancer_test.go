@@ -108,9 +108,9 @@ func TestPoolWebhookAnswersFromTheCache(t *testing.T) {
 	// The first review warms the cache (and proves the cache sees the pool).
 	g.Eventually(func() int { return postReviews(t, path, gvk, "ipaddresspools", overlapping, 1) }).
 		WithTimeout(10 * time.Second).Should(BeZero())
-	before := apiLists(t, "ipaddresspools")
+	before := apiRequests(t, []string{"ipaddresspools"}, "LIST")
 	g.Expect(postReviews(t, path, gvk, "ipaddresspools", overlapping, 100)).To(BeZero(), "an overlapping pool was allowed")
-	after := apiLists(t, "ipaddresspools")
+	after := apiRequests(t, []string{"ipaddresspools"}, "LIST")
 	g.Expect(after-before).To(BeNumerically("<", 5), "100 AdmissionReviews cost %v LISTs of IPAddressPools", after-before)
 }
 

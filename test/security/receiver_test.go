@@ -1,12 +1,10 @@
 package security
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,46 +23,7 @@ import (
 // by anyone. (Reading /metrics is not such a read.)
 func apiReads(t *testing.T) float64 {
 	t.Helper()
-	return apiReadsOf(t, "secrets", "gitrepositories")
-}
-
-// apiReadsOf sums kube-apiserver's apiserver_request_total for GET and LIST
-// on the resources named (plural, lower case), by anyone.
-func apiReadsOf(t *testing.T, resources ...string) float64 {
-	t.Helper()
-	var want []string
-	for _, r := range resources {
-		want = append(want, `resource="`+r+`"`)
-	}
-	raw, err := env.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("reading the API server's metrics: %v", err)
-	}
-	var sum float64
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") || !containsAny(l, want...) ||
-			!containsAny(l, `verb="GET"`, `verb="LIST"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("parsing %q: %v", l, err)
-		}
-		sum += v
-	}
-	return sum
-}
-
-func containsAny(s string, subs ...string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
+	return apiRequests(t, []string{"secrets", "gitrepositories"}, "GET", "LIST")
 }
 
 // quietReads waits for a moment in which nothing else reads Secrets or

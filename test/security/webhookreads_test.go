@@ -1,14 +1,11 @@
 package security
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,31 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
-
-// apiLists is kube-apiserver's apiserver_request_total for LIST on resource
-// (every client's: the manager's too).
-func apiLists(t *testing.T, resource string) float64 {
-	t.Helper()
-	raw, err := env.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("reading the API server's metrics: %v", err)
-	}
-	var sum float64
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") || !strings.Contains(l, `resource="`+resource+`"`) || !strings.Contains(l, `verb="LIST"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("parsing %q: %v", l, err)
-		}
-		sum += v
-	}
-	return sum
-}
 
 // postReviews posts n AdmissionReviews asking to create obj (of kind gvk,
 // resource) straight to the manager's webhook server at path, as anyone who

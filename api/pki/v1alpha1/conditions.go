@@ -61,6 +61,12 @@ const (
 	// what the cluster admin allows (--max-rsa-key-size); no key is made and
 	// nothing is requested (Stalled).
 	KeySizeNotAllowedReason = "KeySizeNotAllowed"
+	// IssuerContractNotDeclaredReason: spec.issuerRef names a kind of
+	// another group that is not a namespaced kind whose CRD carries the
+	// label contract.converge.dev/issuer=v1alpha1 (a core kind, a
+	// cluster-scoped kind, a CRD without the label); no key is made and
+	// no CertificateRequest is created (Stalled).
+	IssuerContractNotDeclaredReason = "IssuerContractNotDeclared"
 	// IssuerNotFoundReason: the referenced Issuer or ClusterIssuer does not
 	// exist.
 	IssuerNotFoundReason = "IssuerNotFound"

@@ -10,11 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/testenv"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	"github.com/converge-dev/converge/pkg/contract/issuer/conformance"
 )
 
@@ -80,11 +82,19 @@ func TestIssuerConformance(t *testing.T) {
 		ns := env.NewNamespace(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
+		installIssuerKind(t, "VaultIssuer")
 		go externalSigner(ctx, t, ns, "issuers.example.com")
 		conformance.Run(t, conformance.Harness{Client: env.Client, Namespace: ns,
 			IssuerRef:     pkiv1alpha1.IssuerReference{Name: "vault", Kind: "VaultIssuer", Group: "issuers.example.com"},
 			SkipAdmission: skip})
 	})
+}
+
+// installIssuerKind installs the out-of-tree issuer kind of group
+// issuers.example.com, its CRD declaring the issuer contract: a Certificate
+// names no kind that does not.
+func installIssuerKind(t *testing.T, kind string) {
+	env.InstallThirdPartyCRD(t, schema.GroupVersionKind{Group: "issuers.example.com", Version: "v1", Kind: kind}, pcontract.Issuer)
 }
 
 // externalSigner is a minimal out-of-tree issuer: it signs, from its own CA,

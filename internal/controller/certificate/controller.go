@@ -29,10 +29,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/issuerref"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // ControllerName is the name used with --controllers.
@@ -59,6 +61,7 @@ const (
 // +kubebuilder:rbac:groups=pki.converge.dev,resources=issuers;clusterissuers,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
 // Reconciler reconciles Certificates.
 type Reconciler struct {
@@ -78,12 +81,21 @@ type Reconciler struct {
 	// (--max-rsa-key-size); pki.DefaultMaxRSAKeySize when zero. A
 	// Certificate asking for more is Stalled (KeySizeNotAllowed).
 	MaxRSAKeySize int
+	// Contracts answers, from the manager's cache, whether the kind of an
+	// issuerRef of another group declares the issuer contract;
+	// SetupWithManager fills it.
+	Contracts pcontract.Checker
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
 	keys pendingKeys
+	// gate shares RSA key generation fairly between namespaces.
+	gate *keyGate
+	// KeyGenerators is how many RSA keys are made at once (one per
+	// namespace at most); GOMAXPROCS, at least 2, when 0.
+	KeyGenerators int
 	// certWrites and secretWrites hold this controller's last status write
 	// of each Certificate and write of each Secret until the cache shows
 	// them: a reconcile never acts on a cached object older than its own
@@ -99,6 +111,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Client = mgr.GetClient()
 	r.APIReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	r.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -111,6 +124,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 8
 	}
+	r.gate = newKeyGate(r.KeyGenerators)
 	if err := addMetrics(mgr); err != nil {
 		return err
 	}
@@ -142,6 +156,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.certificatesForSecret)).
 		Watches(&pkiv1alpha1.Issuer{}, handler.EnqueueRequestsFromMapFunc(r.certificatesForIssuer(issuerref.IssuerKind))).
 		Watches(&pkiv1alpha1.ClusterIssuer{}, handler.EnqueueRequestsFromMapFunc(r.certificatesForIssuer(issuerref.ClusterIssuerKind))).
+		WatchesRawSource(source.Channel(r.gate.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -203,11 +218,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.Get(ctx, req.NamespacedName, &cert); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.keys.forget(req.NamespacedName)
+			r.gate.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cert.DeletionTimestamp.IsZero() {
 		r.keys.forget(req.NamespacedName)
+		r.gate.forget(req.NamespacedName)
 		return ctrl.Result{}, nil // the requests and the key Secret are owned: garbage collection removes them
 	}
 	if r.certWrites.Behind(req.NamespacedName, &cert) {

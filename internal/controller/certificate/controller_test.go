@@ -246,7 +246,8 @@ func TestExternalIssuerAndBackoff(t *testing.T) {
 	ns := env.NewNamespace(t)
 	c := newCert(ns, "ext", "vault-1", "ext.example.com")
 	c.Spec.IssuerRef.Group, c.Spec.IssuerRef.Kind = "issuers.example.com", "VaultIssuer"
-	g.Expect(env.Client.Create(t.Context(), c)).To(Succeed())
+	installIssuerKind(t, "VaultIssuer")
+	testenv.Eventually(g, func() error { return env.Client.Create(t.Context(), c.DeepCopy()) }).Should(Succeed())
 	waitCert(t, g, ns, "ext", pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, pkiv1alpha1.RequestPendingReason)
 	var cr pkiv1alpha1.CertificateRequest
 	g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "ext-1"}, &cr)).To(Succeed())
@@ -304,7 +305,8 @@ func TestExternalIssuerSigns(t *testing.T) {
 	ns := env.NewNamespace(t)
 	c := newCert(ns, "ext", "my-ca", "ext.example.com")
 	c.Spec.IssuerRef.Group, c.Spec.IssuerRef.Kind = "issuers.example.com", "MyIssuer"
-	g.Expect(env.Client.Create(t.Context(), c)).To(Succeed())
+	installIssuerKind(t, "MyIssuer")
+	testenv.Eventually(g, func() error { return env.Client.Create(t.Context(), c.DeepCopy()) }).Should(Succeed())
 	var cr pkiv1alpha1.CertificateRequest
 	testenv.Eventually(g, func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "ext-1"}, &cr)).To(Succeed())

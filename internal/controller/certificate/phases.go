@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +25,7 @@ import (
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/sharding"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // scope is what one reconcile read and decided.
@@ -51,6 +53,14 @@ type scope struct {
 	// own-write records, without uncached reads (trustsCache).
 	trustCache bool
 }
+
+// errKeyWait: the key generator has no slot for this Certificate's
+// namespace now (keyGate); it is woken when one frees.
+var errKeyWait = errors.New("waiting for a key generation slot")
+
+// keyWaitRequeue is the fallback wake-up of a Certificate waiting for a
+// key generation slot, should its wake-up be lost.
+const keyWaitRequeue = 5 * time.Second
 
 // staleRequeue is how soon a reconcile that found the cache behind looks
 // again.
@@ -231,6 +241,9 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		setCondition(c, pkiv1alpha1.StalledCondition, metav1.ConditionTrue, pkiv1alpha1.KeySizeNotAllowedReason, msg)
 		return ctrl.Result{}, nil
 	}
+	if stalled, err := r.checkIssuerContract(ctx, s); stalled || err != nil {
+		return ctrl.Result{}, err
+	}
 	n := ptr.Deref(c.Status.FailedIssuanceAttempts, 0)
 	if n > 0 && c.Status.LastFailureTime != nil {
 		if older, err := r.failedForOlderSpec(ctx, c, n); err != nil {
@@ -283,9 +296,13 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		s.signsAtOnce = iss.GetSpec().CA != nil || iss.GetSpec().SelfSigned != nil
 	}
 	key, keySecret, err := r.nextKey(ctx, s, keyInMemory)
-	if errors.Is(err, errStaleCache) {
+	switch {
+	case errors.Is(err, errStaleCache):
 		return staleCache(s), nil
-	} else if err != nil {
+	case errors.Is(err, errKeyWait):
+		s.wait(pkiv1alpha1.RequestPendingReason, "waiting for a turn to generate the private key (RSA keys are made one per namespace at a time)")
+		return ctrl.Result{RequeueAfter: keyWaitRequeue}, nil
+	case err != nil:
 		return ctrl.Result{}, err
 	}
 	rev := ptr.Deref(c.Status.Revision, 0) + 1
@@ -351,6 +368,32 @@ func (r *Reconciler) issue(ctx context.Context, s *scope) (ctrl.Result, error) {
 		}
 	}
 	return r.writeSecret(ctx, s, &cr, key, rev)
+}
+
+// checkIssuerContract stalls the issuance (IssuerContractNotDeclared) when
+// spec.issuerRef names a kind of another group that does not declare the
+// issuer contract: a namespaced kind whose CRD carries the label
+// contract.converge.dev/issuer. Checked before anything costs or is
+// written: no key, no next-key Secret, no CertificateRequest; nothing of
+// the named kind is read or watched.
+func (r *Reconciler) checkIssuerContract(ctx context.Context, s *scope) (bool, error) {
+	ref := s.cert.Spec.IssuerRef
+	if issuerref.IsBuiltIn(ref) {
+		return false, nil
+	}
+	gvk := schema.GroupVersionKind{Group: ref.Group, Kind: ref.Kind}
+	err := r.Contracts.Check(ctx, gvk, pcontract.Issuer)
+	if err == nil {
+		return false, nil
+	}
+	if !pcontract.IsNotDeclared(err) {
+		return false, fmt.Errorf("checking the issuer contract of %s: %w", gvk.GroupKind(), err)
+	}
+	msg := "spec.issuerRef.kind: " + err.Error() + "; no key is made and no CertificateRequest is created" +
+		" (an issuer kind's CRD declares it with the label " + pcontract.Label(pcontract.Issuer) + "=" + pcontract.Version + ")"
+	s.wait(pkiv1alpha1.IssuerContractNotDeclaredReason, msg)
+	setCondition(s.cert, pkiv1alpha1.StalledCondition, metav1.ConditionTrue, pkiv1alpha1.IssuerContractNotDeclaredReason, msg)
+	return true, nil
 }
 
 // requestName is the name of the request for revision rev after n failed

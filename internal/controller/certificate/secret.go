@@ -128,6 +128,15 @@ func (r *Reconciler) nextKey(ctx context.Context, s *scope, inMemory bool) (cryp
 	// Secret from the API server; a Certificate older than the API
 	// server's then gives a request name already taken, which is replaced
 	// only after ensureCurrent (issue).
+	nn := client.ObjectKeyFromObject(c)
+	if gated(ks) {
+		// RSA keys are made in a fair share of the CPU (keyGate), before
+		// any uncached read: a Certificate waiting for its turn costs none.
+		if !r.gate.acquire(nn) {
+			return nil, "", errKeyWait
+		}
+		defer r.gate.release(nn)
+	}
 	if !s.startChecked && !s.trustCache {
 		if err := r.ensureCurrent(ctx, c); err != nil {
 			return nil, "", err

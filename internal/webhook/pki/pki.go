@@ -24,6 +24,7 @@ import (
 	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // +kubebuilder:webhook:path=/mutate-pki-converge-dev-v1alpha1-certificate,mutating=true,failurePolicy=fail,sideEffects=None,groups=pki.converge.dev,resources=certificates,verbs=create;update,versions=v1alpha1,name=mcertificate.pki.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -40,10 +41,15 @@ type Certificate struct {
 	// MaxRSAKeySize is the largest RSA spec.privateKey.size accepted;
 	// pki.DefaultMaxRSAKeySize when zero.
 	MaxRSAKeySize int
+	// Contracts answers, from the manager's cache, whether the kind of an
+	// issuerRef of another group declares the issuer contract;
+	// SetupWithManager fills it.
+	Contracts pcontract.Checker
 }
 
 // SetupWithManager registers the webhooks.
 func (w Certificate) SetupWithManager(mgr ctrl.Manager) error {
+	w.Contracts = pcontract.Checker{Reader: mgr.GetCache(), Mapper: mgr.GetRESTMapper()}
 	return ctrl.NewWebhookManagedBy(mgr, &pkiv1alpha1.Certificate{}).WithDefaulter(w).WithValidator(w).Complete()
 }
 
@@ -63,17 +69,52 @@ func (Certificate) Default(_ context.Context, c *pkiv1alpha1.Certificate) error 
 	return nil
 }
 
-// ValidateCreate checks a new Certificate.
-func (w Certificate) ValidateCreate(_ context.Context, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
-	return nil, toStatus("Certificate", c.Name, w.ValidateSpec(&c.Spec, field.NewPath("spec")))
+// ValidateCreate checks a new Certificate; an issuerRef of another group
+// must name a kind declaring the issuer contract.
+func (w Certificate) ValidateCreate(ctx context.Context, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
+	return w.validate(ctx, nil, c)
 }
 
-// ValidateUpdate checks a change (every field may change: it reissues).
-func (w Certificate) ValidateUpdate(_ context.Context, old, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
+// ValidateUpdate checks a change (every field may change: it reissues); a
+// changed issuerRef is checked against the issuer contract again (an
+// unchanged one stays: the controller reports it Stalled should its CRD
+// lose the label).
+func (w Certificate) ValidateUpdate(ctx context.Context, old, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
 	if apiequality.Semantic.DeepEqual(old.Spec, c.Spec) {
 		return nil, nil
 	}
-	return nil, toStatus("Certificate", c.Name, w.ValidateSpec(&c.Spec, field.NewPath("spec")))
+	return w.validate(ctx, old, c)
+}
+
+func (w Certificate) validate(ctx context.Context, old, c *pkiv1alpha1.Certificate) (admission.Warnings, error) {
+	p := field.NewPath("spec")
+	errs := w.ValidateSpec(&c.Spec, p)
+	if len(errs) == 0 && (old == nil || old.Spec.IssuerRef != c.Spec.IssuerRef) {
+		e, err := w.checkContract(ctx, c.Spec.IssuerRef, p.Child("issuerRef"))
+		if err != nil {
+			return nil, err
+		}
+		errs = e
+	}
+	return nil, toStatus("Certificate", c.Name, errs)
+}
+
+// checkContract refuses, naming spec.issuerRef.kind, an issuer of another
+// group whose kind is not a namespaced kind with a CRD carrying the issuer
+// contract label (a core kind, a cluster-scoped kind, an unlabelled CRD).
+// Answered from the cache: no API request per admission.
+func (w Certificate) checkContract(ctx context.Context, ref pkiv1alpha1.IssuerReference, p *field.Path) (field.ErrorList, error) {
+	if issuerref.IsBuiltIn(ref) {
+		return nil, nil
+	}
+	if err := w.Contracts.Check(ctx, schema.GroupVersionKind{Group: ref.Group, Kind: ref.Kind}, pcontract.Issuer); err != nil {
+		if pcontract.IsNotDeclared(err) {
+			return field.ErrorList{field.Invalid(p.Child("kind"), ref.Kind, err.Error()+
+				" (an issuer kind's CRD declares it with the label "+pcontract.Label(pcontract.Issuer)+"="+pcontract.Version+")")}, nil
+		}
+		return nil, apierrors.NewInternalError(err)
+	}
+	return nil, nil
 }
 
 // ValidateDelete allows every deletion.

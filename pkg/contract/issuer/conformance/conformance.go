@@ -14,7 +14,10 @@
 // against status.ca when one is given, within the requested duration); a
 // request whose CSR signature is broken is never Issued but Failed (or
 // InvalidRequest / Denied); and a request for another issuer group is left
-// untouched.
+// untouched; and, for an issuer of another group than pki.converge.dev,
+// that its kind declares the issuer contract (a namespaced kind whose
+// CustomResourceDefinition carries the label contract.converge.dev/issuer:
+// v1alpha1): a Certificate naming any other kind is refused.
 package conformance
 
 import (
@@ -35,7 +38,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
 // Harness describes the issuer under test.
@@ -80,6 +86,19 @@ func Run(t *testing.T, h Harness) {
 	t.Run("signs a valid request", func(t *testing.T) { h.signs(t) })
 	t.Run("never issues a request with a broken CSR", func(t *testing.T) { h.refusesBrokenCSR(t) })
 	t.Run("leaves other issuers' requests alone", func(t *testing.T) { h.leavesOthersAlone(t) })
+	if h.IssuerRef.Group != "" && h.IssuerRef.Group != pkiv1alpha1.GroupVersion.Group {
+		t.Run("declares the issuer contract", func(t *testing.T) { h.declaresContract(t) })
+	}
+}
+
+// declaresContract checks, as the Certificate webhook and controller do,
+// that the issuer's kind declares the issuer contract.
+func (h Harness) declaresContract(t *testing.T) {
+	gvk := schema.GroupVersionKind{Group: h.IssuerRef.Group, Kind: h.IssuerRef.Kind}
+	k := pcontract.Checker{Reader: h.Client, Mapper: h.Client.RESTMapper()}
+	if err := k.Check(t.Context(), gvk, pcontract.Issuer); err != nil {
+		t.Fatalf("a Certificate cannot name this issuer: %v", err)
+	}
 }
 
 // CSR makes a key and a PEM CSR for DNSName, as the Certificate controller

@@ -13,12 +13,14 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	pcontract "github.com/converge-dev/converge/pkg/contract"
 	"github.com/converge-dev/converge/pkg/contract/issuer/conformance"
 )
 
@@ -65,6 +67,9 @@ func runAgainst(t *testing.T, checks bool) {
 	env.SkipValidationForLabelled(t)
 	ns := env.NewNamespace(t)
 	group := "issuers.example.com"
+	// The issuer's kind declares the issuer contract, as a third party's
+	// CRD does.
+	env.InstallThirdPartyCRD(t, schema.GroupVersionKind{Group: group, Version: "v1", Kind: "VaultIssuer"}, pcontract.Issuer)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go signer(ctx, t, ns, group, checks)
