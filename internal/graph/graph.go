@@ -480,7 +480,14 @@ func (g *Graph) RootCause() *Cause {
 // Next is the command a person runs next about n.
 func Next(n *Node) string {
 	if n.Status == Forbidden {
-		return fmt.Sprintf("ask your admin for read access (kubectl auth can-i get %s -n %s)", strings.ToLower(n.Ref.Kind), n.Ref.Namespace)
+		res := strings.ToLower(n.Ref.Kind) + "s"
+		if n.Ref.Group != "" {
+			res += "." + n.Ref.Group
+		}
+		if n.Ref.Namespace == "" {
+			return fmt.Sprintf("ask your admin for read access (kubectl auth can-i get %s %s)", res, n.Ref.Name)
+		}
+		return fmt.Sprintf("ask your admin for read access (kubectl auth can-i get %s %s -n %s)", res, n.Ref.Name, n.Ref.Namespace)
 	}
 	if k := lookup(n.Ref.Group, n.Ref.Kind); k != nil && k.Next != nil {
 		return k.Next(n)

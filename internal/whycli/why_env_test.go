@@ -220,8 +220,9 @@ spec: {selfSigned: {}}
 // TestWhyAsTenantSeesForbiddenNotTheOtherNamespace: a tenant's Certificate
 // names a ClusterIssuer whose CA Secret (in converge-system) is missing. The
 // admin's why names the missing Secret; the tenant's why, made with the
-// tenant's own identity, shows that Secret as Forbidden (it learns nothing of
-// it, not even that it is missing) and does not crash.
+// tenant's own identity, shows what it may not read as Forbidden (it learns nothing of
+// it, not even that it is missing) and does not crash: the tenant may not
+// read the ClusterIssuer itself, so the chain stops there, as Forbidden.
 func TestWhyAsTenantSeesForbiddenNotTheOtherNamespace(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -265,14 +266,14 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: %[1]s
 
 	out, code := cv(t, tkc, ns, "why", "certificate/web")
 	g.Expect(code).To(Equal(2), out)
-	g.Expect(out).To(ContainSubstring("Secret/" + issuer + "-ca (in converge-system)  Forbidden"))
-	g.Expect(out).NotTo(ContainSubstring("NotFound"), "the tenant learns nothing of another namespace")
-	g.Expect(out).To(ContainSubstring("Next: ask your admin for read access"))
+	g.Expect(out).To(ContainSubstring("Root cause: ClusterIssuer/" + issuer + " is Forbidden"))
+	g.Expect(out).NotTo(ContainSubstring("is NotFound"), "the tenant's reads stop where its rights stop")
+	g.Expect(out).To(ContainSubstring("Next: ask your admin for read access (kubectl auth can-i get clusterissuers.pki.converge.dev " + issuer + ")"))
 
 	tree, code := cv(t, tkc, ns, "tree", "certificate/web")
 	g.Expect(code).To(Equal(0), tree)
-	g.Expect(tree).To(MatchRegexp(`(?m)^converge-system\s+.*Secret/` + issuer + `-ca\s+Forbidden`))
-	g.Expect(tree).NotTo(ContainSubstring("does not exist"))
+	g.Expect(tree).To(MatchRegexp(`(?m)^\s+└─needs ClusterIssuer/` + issuer + `\s+Forbidden`))
+	g.Expect(tree).NotTo(ContainSubstring("Secret/"+issuer), "nothing behind a Forbidden object is read")
 
 	// Another namespace's object is Forbidden as the root itself.
 	other := env.NewNamespace(t)

@@ -177,9 +177,7 @@ func Why(ctx context.Context, c client.Client, w io.Writer, ns, arg string, o Op
 		switch {
 		case cause == nil:
 			_, _ = fmt.Fprintln(w, "Everything it applies, owns and needs is Current.")
-		case len(cause.Path) == 1:
-			_, _ = fmt.Fprintln(w, "\nRoot cause: the object itself (everything it needs is Current).")
-		default:
+		case len(cause.Path) > 1:
 			_, _ = fmt.Fprintln(w, "\nChain:")
 			for i, e := range cause.Path[1:] {
 				n := e.Node
