@@ -121,6 +121,7 @@ spec:
 		g.Expect(out).To(ContainSubstring("AdminSecretInvalid"))
 		g.Expect(out).To(ContainSubstring("Root cause: Secret/pg-admin in " + ns + " is NotFound"))
 	}).Should(Succeed())
+	t.Logf("converge why database/orders:\n%s", out)
 	g.Expect(out).To(HavePrefix("Database/orders in " + ns + " is "))
 	g.Expect(out).To(ContainSubstring("Next: kubectl -n " + ns + " create secret generic pg-admin"))
 
@@ -130,6 +131,7 @@ spec:
 	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─needs PostgresInstance/pg\s+(Failed|InProgress)\s+AdminSecretInvalid`))
 	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+  └─needs Secret/pg-admin\s+NotFound`))
 	g.Expect(tree).NotTo(ContainSubstring("\x1b["), "no colour when not on a terminal")
+	t.Logf("converge tree db/orders:\n%s", tree)
 
 	up, code := cv(t, kc, ns, "tree", "postgresinstance/pg", "--up")
 	g.Expect(code).To(Equal(0), up)
