@@ -158,6 +158,38 @@ spec:
 	g.Expect(root.Children[0].Why).To(Equal("needs"))
 	g.Expect(root.Children[0].Children).To(ContainElement(And(HaveField("Ref.Kind", "Secret"), HaveField("Status", "NotFound"))))
 
+	// A Sync (no Sync controller runs here: the test writes the inventory
+	// the controller would) applies the Database: tree follows the
+	// inventory down and the Sync labels up.
+	apply(t, ns, `
+apiVersion: gitops.converge.dev/v1alpha1
+kind: Sync
+metadata: {name: app}
+spec: {sourceRef: {name: repo}, prune: false, serviceAccountName: deployer}
+`)
+	patch := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "patch", "sync", "app",
+		"--subresource=status", "--type=merge", "-p",
+		`{"status":{"inventory":[{"group":"sql.converge.dev","version":"v1alpha1","kind":"Database","namespace":"`+ns+`","name":"orders"}]}}`)
+	pout, err := patch.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(pout))
+	label := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "label", "database", "orders",
+		"gitops.converge.dev/sync-name=app", "gitops.converge.dev/sync-namespace="+ns)
+	lout, err := label.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(lout))
+	tree, code = cv(t, kc, ns, "tree", "sync/app")
+	g.Expect(code).To(Equal(0), tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+├─needs GitRepository/repo\s+NotFound`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─applies Database/orders\s+InProgress\s+InstanceNotReady`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+    └─needs Secret/pg-admin\s+NotFound`))
+	up, code = cv(t, kc, ns, "tree", "db/orders", "--up")
+	g.Expect(code).To(Equal(0), up)
+	g.Expect(up).To(ContainSubstring("└─applied by Sync/app"))
+	// The Sync's own need comes first: its source is missing.
+	out, code = cv(t, kc, ns, "why", "sync/app")
+	g.Expect(code).To(Equal(2), out)
+	g.Expect(out).To(ContainSubstring("Root cause: GitRepository/repo in " + ns + " is NotFound"))
+	g.Expect(out).To(ContainSubstring("Next: converge reconcile gitrepository repo -n " + ns))
+
 	// The Secret exists now: the instance cannot reach its server, and is
 	// the root cause.
 	g.Expect(env.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-admin"},
