@@ -1,0 +1,324 @@
+package whycli_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/converge-dev/converge/internal/replicas"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+var (
+	env      *testenv.Environment
+	converge string // the built binary
+)
+
+// The SQL instance, Database and PKI controllers run against a real API
+// server; the verbs are run through the built binary, as a person runs them.
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
+		o.Controllers = []string{"postgresinstance", "database", "issuer", "clusterissuer", "certificate", "certificaterequest"}
+	}}, &env))
+}
+
+// binary builds converge once per run.
+func binary(t *testing.T) string {
+	t.Helper()
+	if converge != "" {
+		return converge
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "converge-why-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := replicas.Build(t.Context(), root, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge = exe
+	return exe
+}
+
+// cv runs converge with the kubeconfig kc in namespace ns; it returns the
+// output and the exit code.
+func cv(t *testing.T, kc, ns string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary(t), append(args, "--kubeconfig", kc, "-n", ns)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("running converge %v: %v", args, err)
+	return "", -1
+}
+
+func apply(t *testing.T, ns, manifest string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+// TestWhyDatabaseNamesTheMissingAdminSecret: a Database on a PostgresInstance
+// whose admin Secret does not exist. why on the Database names the Secret as
+// the root cause (through the instance, AdminSecretInvalid) and exits 2;
+// tree lists the chain; tree --up on the Secret finds who needs it. Once the
+// Secret exists (and the server is unreachable), the root cause moves to the
+// instance.
+func TestWhyDatabaseNamesTheMissingAdminSecret(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	port, err := testenv.FreePort()
+	g.Expect(err).NotTo(HaveOccurred())
+	apply(t, ns, fmt.Sprintf(`
+apiVersion: sql.converge.dev/v1alpha1
+kind: PostgresInstance
+metadata: {name: pg}
+spec: {host: 127.0.0.1, port: %d, adminSecretRef: {name: pg-admin}, tls: {mode: Disable}}
+---
+apiVersion: sql.converge.dev/v1alpha1
+kind: Database
+metadata: {name: orders}
+spec:
+  instanceRef: {apiVersion: sql.converge.dev/v1alpha1, kind: PostgresInstance, name: pg}
+  databaseName: orders
+  deletionPolicy: Retain
+`, port))
+	kc := env.KubeconfigPath
+
+	var out string
+	testenv.Eventually(g, func(g Gomega) {
+		var code int
+		out, code = cv(t, kc, ns, "why", "database/orders")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(ContainSubstring("needs PostgresInstance/pg"))
+		g.Expect(out).To(ContainSubstring("AdminSecretInvalid"))
+		g.Expect(out).To(ContainSubstring("Root cause: Secret/pg-admin in " + ns + " is NotFound"))
+	}).Should(Succeed())
+	t.Logf("converge why database/orders:\n%s", out)
+	g.Expect(out).To(HavePrefix("Database/orders in " + ns + " is "))
+	g.Expect(out).To(ContainSubstring("Next: kubectl -n " + ns + " create secret generic pg-admin"))
+
+	tree, code := cv(t, kc, ns, "tree", "db/orders")
+	g.Expect(code).To(Equal(0), tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^NAMESPACE\s+NAME\s+STATUS\s+REASON\s+MESSAGE$`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─needs PostgresInstance/pg\s+(Failed|InProgress)\s+AdminSecretInvalid`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+  └─needs Secret/pg-admin\s+NotFound`))
+	g.Expect(tree).NotTo(ContainSubstring("\x1b["), "no colour when not on a terminal")
+	t.Logf("converge tree db/orders:\n%s", tree)
+
+	up, code := cv(t, kc, ns, "tree", "postgresinstance/pg", "--up")
+	g.Expect(code).To(Equal(0), up)
+	g.Expect(up).To(ContainSubstring("└─needed by Database/orders"))
+
+	js, code := cv(t, kc, ns, "tree", "database/orders", "-o", "json")
+	g.Expect(code).To(Equal(0), js)
+	var root struct {
+		Ref      struct{ Kind, Name string }
+		Status   string
+		Children []struct {
+			Why      string
+			Ref      struct{ Kind, Name string }
+			Children []struct {
+				Why    string
+				Status string
+				Ref    struct{ Kind, Name string }
+			}
+		}
+	}
+	g.Expect(json.Unmarshal([]byte(js), &root)).To(Succeed(), js)
+	g.Expect(root.Ref.Kind).To(Equal("Database"))
+	g.Expect(root.Children).To(HaveLen(1))
+	g.Expect(root.Children[0].Why).To(Equal("needs"))
+	g.Expect(root.Children[0].Children).To(ContainElement(And(HaveField("Ref.Kind", "Secret"), HaveField("Status", "NotFound"))))
+
+	// A Sync (no Sync controller runs here: the test writes the inventory
+	// the controller would) applies the Database: tree follows the
+	// inventory down and the Sync labels up.
+	apply(t, ns, `
+apiVersion: gitops.converge.dev/v1alpha1
+kind: Sync
+metadata: {name: app}
+spec: {sourceRef: {name: repo}, prune: false, serviceAccountName: deployer}
+`)
+	patch := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "patch", "sync", "app",
+		"--subresource=status", "--type=merge", "-p",
+		`{"status":{"inventory":[{"group":"sql.converge.dev","version":"v1alpha1","kind":"Database","namespace":"`+ns+`","name":"orders"}]}}`)
+	pout, err := patch.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(pout))
+	label := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "label", "database", "orders",
+		"gitops.converge.dev/sync-name=app", "gitops.converge.dev/sync-namespace="+ns)
+	lout, err := label.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(lout))
+	tree, code = cv(t, kc, ns, "tree", "sync/app")
+	g.Expect(code).To(Equal(0), tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+├─needs GitRepository/repo\s+NotFound`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─applies Database/orders\s+InProgress\s+InstanceNotReady`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+    └─needs Secret/pg-admin\s+NotFound`))
+	up, code = cv(t, kc, ns, "tree", "db/orders", "--up")
+	g.Expect(code).To(Equal(0), up)
+	g.Expect(up).To(ContainSubstring("└─applied by Sync/app"))
+	// The Sync's own need comes first: its source is missing.
+	out, code = cv(t, kc, ns, "why", "sync/app")
+	g.Expect(code).To(Equal(2), out)
+	g.Expect(out).To(ContainSubstring("Root cause: GitRepository/repo in " + ns + " is NotFound"))
+	g.Expect(out).To(ContainSubstring("Next: converge reconcile gitrepository repo -n " + ns))
+
+	// The Secret exists now: the instance cannot reach its server, and is
+	// the root cause.
+	g.Expect(env.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-admin"},
+		StringData: map[string]string{"username": "postgres", "password": "x"}})).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		out, code := cv(t, kc, ns, "why", "database/orders")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(ContainSubstring("Root cause: PostgresInstance/pg in " + ns))
+		g.Expect(out).To(ContainSubstring("Unreachable"))
+		g.Expect(out).NotTo(ContainSubstring("Root cause: Secret"))
+	}).Should(Succeed())
+}
+
+// TestWhyCertificateNamesTheMissingCASecret: a Certificate whose CA Issuer's
+// Secret is missing; why names the Secret, through the Issuer
+// (CASecretInvalid). A Current object answers exit 0.
+func TestWhyCertificateNamesTheMissingCASecret(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	apply(t, ns, `
+apiVersion: pki.converge.dev/v1alpha1
+kind: Issuer
+metadata: {name: ca}
+spec: {ca: {secretName: ca-key-pair}}
+---
+apiVersion: pki.converge.dev/v1alpha1
+kind: Certificate
+metadata: {name: web}
+spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
+---
+apiVersion: pki.converge.dev/v1alpha1
+kind: Issuer
+metadata: {name: self}
+spec: {selfSigned: {}}
+`)
+	kc := env.KubeconfigPath
+	testenv.Eventually(g, func(g Gomega) {
+		out, code := cv(t, kc, ns, "why", "certificate/web")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(ContainSubstring("needs Issuer/ca"))
+		g.Expect(out).To(ContainSubstring("CASecretInvalid"))
+		g.Expect(out).To(ContainSubstring("Root cause: Secret/ca-key-pair in " + ns + " is NotFound"))
+		g.Expect(out).To(ContainSubstring("Next: kubectl -n " + ns + " create secret generic ca-key-pair"))
+	}).Should(Succeed())
+
+	testenv.Eventually(g, func(g Gomega) {
+		out, code := cv(t, kc, ns, "why", "issuer/self")
+		g.Expect(code).To(Equal(0), out)
+		g.Expect(out).To(ContainSubstring("Issuer/self in " + ns + " is Current"))
+		g.Expect(out).To(ContainSubstring("Everything it applies, owns and needs is Current."))
+	}).Should(Succeed())
+
+	out, code := cv(t, kc, ns, "why", "certificate/missing")
+	g.Expect(code).To(Equal(1), out)
+	g.Expect(out).To(HavePrefix("converge: Certificate/" + ns + "/missing not found"))
+	out, code = cv(t, kc, ns, "why", "frobnicator/x")
+	g.Expect(code).To(Equal(1), out)
+	g.Expect(out).To(ContainSubstring(`unknown kind "frobnicator"`))
+}
+
+// TestWhyAsTenantSeesForbiddenNotTheOtherNamespace: a tenant's Certificate
+// names a ClusterIssuer whose CA Secret (in converge-system) is missing. The
+// admin's why names the missing Secret; the tenant's why, made with the
+// tenant's own identity, shows what it may not read as Forbidden (it learns nothing of
+// it, not even that it is missing) and does not crash: the tenant may not
+// read the ClusterIssuer itself, so the chain stops there, as Forbidden.
+func TestWhyAsTenantSeesForbiddenNotTheOtherNamespace(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "converge-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	ns := env.NewNamespace(t)
+	user := env.GrantTenant(t, ns, "tenant")
+	issuer := "why-" + ns
+	apply(t, ns, fmt.Sprintf(`
+apiVersion: pki.converge.dev/v1alpha1
+kind: ClusterIssuer
+metadata: {name: %[1]s}
+spec: {ca: {secretName: %[1]s-ca}}
+---
+apiVersion: pki.converge.dev/v1alpha1
+kind: Certificate
+metadata: {name: web}
+spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: %[1]s, kind: ClusterIssuer}}
+`, issuer))
+	t.Cleanup(func() {
+		_ = exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "delete", "clusterissuer", issuer).Run()
+	})
+
+	testenv.Eventually(g, func(g Gomega) {
+		out, code := cv(t, env.KubeconfigPath, ns, "why", "certificate/web")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(ContainSubstring("Root cause: Secret/" + issuer + "-ca in converge-system is NotFound"))
+	}).Should(Succeed())
+
+	// The tenant's kubeconfig: the admin's, impersonating the tenant.
+	cfg, err := clientcmd.LoadFromFile(env.KubeconfigPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = user
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	tkc := filepath.Join(t.TempDir(), "tenant.kubeconfig")
+	g.Expect(clientcmd.WriteToFile(*cfg, tkc)).To(Succeed())
+
+	out, code := cv(t, tkc, ns, "why", "certificate/web")
+	g.Expect(code).To(Equal(2), out)
+	g.Expect(out).To(ContainSubstring("Root cause: ClusterIssuer/" + issuer + " is Forbidden"))
+	g.Expect(out).NotTo(ContainSubstring("is NotFound"), "the tenant's reads stop where its rights stop")
+	g.Expect(out).To(ContainSubstring("Next: ask your admin for read access (kubectl auth can-i get clusterissuers.pki.converge.dev " + issuer + ")"))
+
+	tree, code := cv(t, tkc, ns, "tree", "certificate/web")
+	g.Expect(code).To(Equal(0), tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^\s+└─needs ClusterIssuer/` + issuer + `\s+Forbidden`))
+	g.Expect(tree).NotTo(ContainSubstring("Secret/"+issuer), "nothing behind a Forbidden object is read")
+
+	// Another namespace's object is Forbidden as the root itself.
+	other := env.NewNamespace(t)
+	apply(t, other, `
+apiVersion: pki.converge.dev/v1alpha1
+kind: Issuer
+metadata: {name: theirs}
+spec: {selfSigned: {}}
+`)
+	out, code = cv(t, tkc, other, "why", "issuer/theirs")
+	g.Expect(code).To(Equal(2), out)
+	g.Expect(out).To(ContainSubstring("is Forbidden"))
+	g.Expect(out).NotTo(ContainSubstring("Current"))
+}
