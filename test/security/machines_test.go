@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
@@ -175,6 +176,9 @@ func TestProviderIDCannotBeCopied(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(victim.Client.Get(ctx, client.ObjectKeyFromObject(vkm), vkm)).To(Succeed())
 		g.Expect(vkm.Status.NodeName).NotTo(BeEmpty())
+		// No kwok here: the Node never turns Ready, and kstatus reads the
+		// machine as working towards it.
+		testenv.ExpectKstatus(ctx, g, env.Client, vkm, kstatus.InProgressStatus, infrastructurev1alpha1.PoweringReason)
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	stolen := vkm.Spec.ProviderID
 
@@ -213,6 +217,9 @@ func TestProviderIDCannotBeCopied(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(attacker.Client.Get(ctx, client.ObjectKeyFromObject(akm), akm)).To(Succeed())
 		testenv.HasCondition(g, akm.Status.Conditions, infrastructurev1alpha1.ReadyCondition, metav1.ConditionFalse, infrastructurev1alpha1.ProviderIDNotOwnReason)
+		// Only a person can help: a waiting Sync, Flux or kpt reads it
+		// Failed, not InProgress for ever.
+		testenv.ExpectKstatus(ctx, g, env.Client, akm, kstatus.FailedStatus, infrastructurev1alpha1.ProviderIDNotOwnReason)
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	got := &machinev1alpha1.Machine{}
 	g.Consistently(func(g Gomega) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
@@ -245,6 +246,7 @@ func TestPKIACMEDirectoryNotAllowed(t *testing.T) {
 	g.Expect(stalled.Reason).To(Equal(pkiv1alpha1.ACMEServerNotAllowedReason))
 	g.Expect(stalled.Message).To(ContainSubstring("spec.acme.server"))
 	g.Expect(stalled.Message).To(ContainSubstring("no request was made"))
+	testenv.ExpectKstatus(t.Context(), g, tn.Client, iss, kstatus.FailedStatus, pkiv1alpha1.ACMEServerNotAllowedReason)
 	g.Consistently(func(g Gomega) {
 		g.Expect(trap.Hits(path)).To(BeZero())
 	}).WithTimeout(2 * time.Second).Should(Succeed())

@@ -130,7 +130,7 @@ const (
 	NodeConflictReason = "NodeConflict"
 	// ProviderIDNotOwnReason: spec.providerID is not the object's own
 	// (it was written around the admission webhook); nothing is
-	// registered under it.
+	// registered under it. Stalled too: only a person can help.
 	ProviderIDNotOwnReason = "ProviderIDNotOwn"
 )
 

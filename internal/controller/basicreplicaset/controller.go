@@ -134,7 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	base := rs.DeepCopy()
 	defer func() {
 		computeStatus(s)
-		if retErr == nil {
+		// A create or delete the API refused (quota, a webhook) was acted
+		// on and is reported in ReplicaFailure and Ready, as a ReplicaSet
+		// does: this generation is observed, so that kstatus reads
+		// InProgress with that reason, not a lagging generation.
+		if retErr == nil || s.failure != nil {
 			rs.Status.ObservedGeneration = rs.Generation
 		}
 		if apiequality.Semantic.DeepEqual(base.Status, rs.Status) {

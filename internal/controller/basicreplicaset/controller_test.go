@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
@@ -61,6 +62,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		g.Expect(rs.Status.AvailableReplicas).To(Equal(int32(3)))
 		g.Expect(rs.Status.ObservedGeneration).To(Equal(rs.Generation))
 		g.Expect(meta.IsStatusConditionTrue(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue())
+		testenv.ExpectKstatus(ctx, g, env.Client, rs, kstatus.CurrentStatus, "")
 	}).Should(Succeed())
 	pods := activePods(ctx, g, ns, "web")
 	g.Expect(pods).To(HaveLen(3))
@@ -148,6 +150,8 @@ func TestReplicaFailureReportsTheAPIError(t *testing.T) {
 		g.Expect(c.Reason).To(Equal(workloadsv1alpha1.FailedCreateReason))
 		g.Expect(c.Message).To(ContainSubstring("exceeded quota"))
 		g.Expect(meta.IsStatusConditionFalse(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition)).To(BeTrue())
+		// The quota may free up: retried, InProgress for kstatus.
+		testenv.ExpectKstatus(ctx, g, env.Client, rs, kstatus.InProgressStatus, meta.FindStatusCondition(rs.Status.Conditions, workloadsv1alpha1.ReadyCondition).Reason)
 	}).Should(Succeed())
 	g.Expect(len(activePods(ctx, g, ns, "quota"))).To(BeNumerically("<=", 2))
 }

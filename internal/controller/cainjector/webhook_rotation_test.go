@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
@@ -338,6 +339,11 @@ func rotateThroughALiveWebhook(t *testing.T, injectFrom string, cluster bool) {
 		caNS, caName, issuer = clusterResourceNamespace, ns, pkiv1alpha1.IssuerReference{Name: ns, Kind: "ClusterIssuer"}
 		iss := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}}}
 		g.Expect(env.Client.Create(ctx, iss)).To(Succeed())
+		// No CA Secret yet: the issuer waits for it, and kstatus reads it
+		// InProgress (Current once the CA is issued, below).
+		testenv.Eventually(g, func(g Gomega) {
+			testenv.ExpectKstatus(ctx, g, env.Client, iss, kstatus.InProgressStatus, pkiv1alpha1.CASecretInvalidReason)
+		}).Should(Succeed())
 		t.Cleanup(func() {
 			// Not in the test's namespace: deleted one by one.
 			bg := context.WithoutCancel(ctx)
@@ -362,6 +368,11 @@ func rotateThroughALiveWebhook(t *testing.T, injectFrom string, cluster bool) {
 	ca1PEM := caOf(t, g, caNS, caName, nil)
 	ca1 := certs(ca1PEM)
 	g.Expect(ca1).To(HaveLen(1))
+	if cluster {
+		testenv.Eventually(g, func(g Gomega) {
+			testenv.ExpectKstatus(ctx, g, env.Client, &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}}, kstatus.CurrentStatus, "")
+		}).Should(Succeed())
+	}
 	var ca2 []*x509.Certificate // the CA after the rotation
 	var leaf1 *x509.Certificate
 	testenv.Eventually(g, func(g Gomega) {

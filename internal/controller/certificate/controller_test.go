@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
@@ -332,7 +333,11 @@ func TestExternalIssuerSigns(t *testing.T) {
 }
 
 // TestInvalidRequest: a selfSigned request without its key annotation cannot
-// be signed; one naming a missing issuer waits as Pending.
+// be signed; one naming a missing issuer waits as Pending; one whose key
+// Secret holds no key fails for good; one an approver denied stays denied.
+// kstatus reads each as the request means it: refused, failed and denied
+// are Failed with their reason, Pending is InProgress, the Ready issuer
+// Current.
 func TestInvalidRequest(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -340,18 +345,45 @@ func TestInvalidRequest(t *testing.T) {
 	selfSignedIssuer(t, ns, "selfsigned")
 	key, _ := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
 	csr, _ := pki.BuildCSR(&pkiv1alpha1.CertificateSpec{DNSNames: []string{"x.example.com"}}, key)
-	for name, issuer := range map[string]string{"nokey": "selfsigned", "noissuer": "missing"} {
+	g.Expect(env.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "garbage"},
+		Data: map[string][]byte{corev1.TLSPrivateKeyKey: []byte("not a key")}})).To(Succeed())
+	for name, issuer := range map[string]string{"nokey": "selfsigned", "noissuer": "missing", "badkey": "selfsigned", "denied": "missing"} {
 		cr := &pkiv1alpha1.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: pkiv1alpha1.IssuerReference{Name: issuer}}}
+		if name == "badkey" {
+			cr.Annotations = map[string]string{pkiv1alpha1.PrivateKeySecretAnnotation: "garbage"}
+		}
 		g.Expect(env.Client.Create(t.Context(), cr)).To(Succeed())
 	}
+	get := func(g Gomega, name string) *pkiv1alpha1.CertificateRequest {
+		cr := &pkiv1alpha1.CertificateRequest{}
+		g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, cr)).To(Succeed())
+		return cr
+	}
 	testenv.Eventually(g, func(g Gomega) {
-		var cr pkiv1alpha1.CertificateRequest
-		g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "nokey"}, &cr)).To(Succeed())
+		cr := get(g, "nokey")
 		g.Expect(meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.InvalidRequestCondition)).To(HaveField("Reason", pkiv1alpha1.InvalidRequestReason))
 		g.Expect(cr.Status.FailureTime).NotTo(BeNil())
-		g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "noissuer"}, &cr)).To(Succeed())
+		testenv.ExpectKstatus(t.Context(), g, env.Client, cr, kstatus.FailedStatus, pkiv1alpha1.InvalidRequestReason)
+		cr = get(g, "noissuer")
 		g.Expect(meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(HaveField("Reason", pkiv1alpha1.PendingReason))
+		testenv.ExpectKstatus(t.Context(), g, env.Client, cr, kstatus.InProgressStatus, pkiv1alpha1.PendingReason)
+		cr = get(g, "badkey")
+		g.Expect(meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)).To(HaveField("Reason", pkiv1alpha1.FailedReason))
+		testenv.ExpectKstatus(t.Context(), g, env.Client, cr, kstatus.FailedStatus, pkiv1alpha1.FailedReason)
+		g.Expect(meta.FindStatusCondition(get(g, "denied").Status.Conditions, pkiv1alpha1.ReadyCondition)).To(HaveField("Reason", pkiv1alpha1.PendingReason))
+		testenv.ExpectKstatus(t.Context(), g, env.Client, &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "selfsigned"}}, kstatus.CurrentStatus, "")
+	}).Should(Succeed())
+	// An approver denies the pending request: it is final, and kstatus
+	// reads it Failed with the approver's reason.
+	g.Eventually(func() error {
+		cr := get(g, "denied")
+		meta.SetStatusCondition(&cr.Status.Conditions, metav1.Condition{Type: pkiv1alpha1.DeniedCondition, Status: metav1.ConditionTrue,
+			Reason: "PolicyDenied", Message: "denied by the test's approver"})
+		return env.Client.Status().Update(t.Context(), cr)
+	}).Should(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		testenv.ExpectKstatus(t.Context(), g, env.Client, get(g, "denied"), kstatus.FailedStatus, "PolicyDenied")
 	}).Should(Succeed())
 }
 

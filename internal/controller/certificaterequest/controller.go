@@ -122,6 +122,30 @@ func finished(cr *pkiv1alpha1.CertificateRequest) bool {
 	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == pkiv1alpha1.FailedReason)
 }
 
+// setStalled keeps Stalled in step with the request's own conditions: a
+// refused (Denied, InvalidRequest) or failed (Ready=False reason Failed)
+// request is final, Stalled with that condition's reason, which kstatus
+// reads Failed; a pending one has no Stalled (kstatus reads its Ready=False
+// InProgress). It reports whether anything changed.
+func setStalled(cr *pkiv1alpha1.CertificateRequest) bool {
+	conds := &cr.Status.Conditions
+	var cause *metav1.Condition
+	for _, t := range []string{pkiv1alpha1.DeniedCondition, pkiv1alpha1.InvalidRequestCondition} {
+		if c := meta.FindStatusCondition(*conds, t); c != nil && c.Status == metav1.ConditionTrue {
+			cause = c
+			break
+		}
+	}
+	if c := meta.FindStatusCondition(*conds, pkiv1alpha1.ReadyCondition); cause == nil && c != nil &&
+		c.Status == metav1.ConditionFalse && c.Reason == pkiv1alpha1.FailedReason {
+		cause = c
+	}
+	if cause != nil {
+		return creconcile.MarkTrue(conds, cr.Generation, creconcile.StalledCondition, cause.Reason, cause.Message)
+	}
+	return creconcile.Remove(conds, creconcile.StalledCondition)
+}
+
 // outcome is what one signing attempt decided.
 type outcome struct {
 	cert, ca []byte
@@ -135,7 +159,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, &cr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !issuerref.IsBuiltIn(cr.Spec.IssuerRef) || finished(&cr) || !cr.DeletionTimestamp.IsZero() {
+	if !issuerref.IsBuiltIn(cr.Spec.IssuerRef) || !cr.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if finished(&cr) {
+		// Final (an approver's Denied included): only the conditions
+		// kstatus reads are kept in step, so that it reads Failed.
+		patcher := creconcile.NewStatusPatcher(r.Client, &cr)
+		if !setStalled(&cr) {
+			return ctrl.Result{}, nil
+		}
+		if err := patcher.Patch(ctx, &cr); err != nil {
+			return ctrl.Result{}, fmt.Errorf("patching the status: %w", err)
+		}
 		return ctrl.Result{}, nil
 	}
 	o, err := r.sign(ctx, &cr)
@@ -164,8 +200,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	default:
 		set(pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, pkiv1alpha1.PendingReason, o.message)
 	}
-	// Refused requests are terminal: Stalled, so kstatus reads them Failed.
-	creconcile.MirrorStalled(&cr.Status.Conditions, cr.Generation, pkiv1alpha1.InvalidRequestCondition, pkiv1alpha1.DeniedCondition)
+	setStalled(&cr)
 	if err := patcher.Patch(ctx, &cr); err != nil {
 		return ctrl.Result{}, fmt.Errorf("patching the status: %w", err)
 	}

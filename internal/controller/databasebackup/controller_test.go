@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
@@ -77,6 +78,7 @@ func TestBackupBeforeDeleteThenRestore(t *testing.T) {
 			b := bs[0]
 			g.Expect(b.Name).To(Equal(databasebackup.BackupName(d)))
 			g.Expect(b.Status.Phase).To(Equal(backupv1alpha1.BackupCompleted))
+			testenv.ExpectKstatus(ctx, g, env.Client, &b, kstatus.CurrentStatus, "")
 			g.Expect(b.Status.Engine).To(Equal(e.name))
 			g.Expect(b.Status.SizeBytes).To(BeNumerically(">", 0))
 			g.Expect(b.Status.CompletionTime).NotTo(BeNil())
@@ -134,6 +136,9 @@ func TestDumpFailureBlocksTheDrop(t *testing.T) {
 		g.Expect(del.Reason).To(Equal(sqlv1alpha1.WaitingForFinalizersReason))
 		g.Expect(del.Message).To(ContainSubstring(backupv1alpha1.BeforeDeleteFinalizer))
 		g.Expect(hasEvent(t, ns, backupv1alpha1.DumpFailedReason, "not a directory")).To(BeTrue())
+		// Between attempts the backup is Failed for kstatus.
+		testenv.ExpectKstatus(ctx, g, env.Client, &backupv1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: databasebackup.BackupName(d)}},
+			kstatus.FailedStatus, backupv1alpha1.DumpFailedReason)
 	}).Should(Succeed())
 	waitHeld(t, d)
 	g.Expect(dbExists(t, e.srv, "precious")).To(BeTrue(), "a failing dump never lets the database be dropped")

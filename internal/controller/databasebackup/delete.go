@@ -133,6 +133,9 @@ func (r *Reconciler) dump(ctx context.Context, d *sqlv1alpha1.Database, b *backu
 	if err := r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 		st.Phase, st.StartTime, st.Engine, st.ServerVersion, st.Location = backupv1alpha1.BackupRunning, &now, string(cfg.Engine), version, rel
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: backupv1alpha1.DumpingReason, Message: "dumping"})
+		// A new attempt after a failed dump: no longer Failed (nor
+		// Stalled, which kstatus would read Failed while it runs).
+		meta.RemoveStatusCondition(&st.Conditions, backupv1alpha1.FailedCondition)
 	}); err != nil {
 		return ctrl.Result{}, err
 	}

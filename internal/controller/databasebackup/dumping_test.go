@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
@@ -61,6 +62,7 @@ func TestDumpingIsShownWhileTheDumpRuns(t *testing.T) {
 		r := meta.FindStatusCondition(b.Status.Conditions, backupv1alpha1.ReadyCondition)
 		g.Expect(r).NotTo(BeNil())
 		g.Expect(r.Reason).To(Equal(backupv1alpha1.DumpingReason))
+		testenv.ExpectKstatus(ctx, g, env.Client, b, kstatus.InProgressStatus, backupv1alpha1.DumpingReason)
 	}).Should(Succeed())
 	g.Consistently(func() bool { return dbExists(t, e.srv, "busy") }).WithTimeout(time.Second).Should(BeTrue(), "not dropped while the dump runs")
 

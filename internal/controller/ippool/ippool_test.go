@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
@@ -59,6 +60,7 @@ func waitMNC(t *testing.T, ns, name string, check func(g Gomega, m *dhcpv1alpha1
 	testenv.Eventually(NewWithT(t), func(g Gomega) {
 		g.Expect(env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, m)).To(Succeed())
 		check(g, m)
+		testenv.ExpectKstatusAgrees(t.Context(), g, env.Client, m)
 	}).Should(Succeed())
 	return m
 }
@@ -96,6 +98,9 @@ func TestStaticDynamicExhaustionRelease(t *testing.T) {
 		g.Expect(m.Status.NetworkConfigs[0].AllocatedIPAddress).To(Equal("10.20.0.10"))
 		g.Expect(m.Status.NetworkConfigs[0].State).To(Equal(dhcpv1alpha1.StateAllocated))
 	})
+	testenv.Eventually(g, func(g Gomega) {
+		testenv.ExpectKstatus(ctx, g, env.Client, getPool(ctx, g, ns, "lan"), kstatus.CurrentStatus, "")
+	}).Should(Succeed())
 	for i := 2; i <= 3; i++ {
 		g.Expect(env.Client.Create(ctx, newMNC(ns, fmt.Sprintf("dyn%d", i), "lan", i, ""))).To(Succeed())
 	}
@@ -123,6 +128,9 @@ func TestStaticDynamicExhaustionRelease(t *testing.T) {
 		g.Expect(findCond(p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition).Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(findCond(p.Status.Conditions, dhcpv1alpha1.ExhaustedCondition).Message).To(ContainSubstring(ns + "/lan"))
 		readyReason(g, p.Status.Conditions, dhcpv1alpha1.ReadyCondition, dhcpv1alpha1.PoolExhaustedReason)
+		// Ready=False: kstatus reads the exhausted pool InProgress (until
+		// an address is released).
+		testenv.ExpectKstatus(ctx, g, env.Client, p, kstatus.InProgressStatus, dhcpv1alpha1.PoolExhaustedReason)
 		g.Expect(p.Status.IPv4.Used).To(Equal(int32(3)))
 		g.Expect(p.Status.IPv4.Available).To(Equal(int32(0)))
 		// The same counts as metrics (the manager runs in this process).

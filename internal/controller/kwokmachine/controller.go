@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -122,6 +123,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		km.Status.Provisioned = false
 		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.ProviderIDNotOwnReason,
 			fmt.Sprintf("spec.providerID %q is not this KwokMachine's own (%s); it is written by the provider only: delete and recreate the KwokMachine without it", km.Spec.ProviderID, ProviderID(km)))
+		// Only a person can help (the field is immutable): Stalled, with
+		// this generation observed, so that kstatus reads it Failed and
+		// not InProgress for ever.
+		ready := meta.FindStatusCondition(km.Status.Conditions, infrastructurev1alpha1.ReadyCondition)
+		creconcile.MarkTrue(&km.Status.Conditions, km.Generation, creconcile.StalledCondition, ready.Reason, ready.Message)
+		km.Status.ObservedGeneration = km.Generation
 		return ctrl.Result{}, client.IgnoreNotFound(patcher.Patch(ctx, km))
 	}
 	// The finalizer and the providerID in one write, before the Node.
@@ -138,6 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err == nil {
 		km.Status.ObservedGeneration = km.Generation
 	}
+	creconcile.Remove(&km.Status.Conditions, creconcile.StalledCondition)
 	return ctrl.Result{}, errors.Join(err, client.IgnoreNotFound(patcher.Patch(ctx, km)))
 }
 

@@ -8,6 +8,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
@@ -54,7 +55,12 @@ func TestAbortMidway(t *testing.T) {
 	})
 	testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.AbortedReason)
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.ProgressingCondition)))
-	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.StalledCondition)))
+	// Final until the spec changes: Stalled, which a waiting Sync (kstatus)
+	// reads Failed at once rather than waiting for its timeout.
+	testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.AbortedReason)
+	g.Eventually(func(g Gomega) {
+		testenv.ExpectKstatus(ctx, g, env.Client, u, kstatus.FailedStatus, upgradev1alpha1.AbortedReason)
+	}).Should(Succeed())
 	g.Expect(u.Status.Done).To(Equal("1/3"))
 	g.Expect(u.Status.Machine("ab-0").State).To(Equal(upgradev1alpha1.MachineUpgraded))
 	mp := u.Status.Machine("ab-1")

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
@@ -58,6 +59,7 @@ func TestPDBHoldsTheDrain(t *testing.T) {
 		g.Expect(mp.Step).To(Equal(upgradev1alpha1.StepDrain))
 		g.Expect(mp.StepState).To(Equal(upgradev1alpha1.StepStateRunning))
 		g.Expect(mp.Message).To(ContainSubstring("a PodDisruptionBudget refuses the eviction of " + ns + "/db"))
+		testenv.ExpectKstatus(ctx, g, env.Client, u, kstatus.InProgressStatus, upgradev1alpha1.DrainBlockedReason)
 	})
 	// Held: the machine is cordoned and not touched further.
 	time.Sleep(2 * time.Second)
@@ -70,6 +72,7 @@ func TestPDBHoldsTheDrain(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, pdb)).To(Succeed())
 	waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseSucceeded))
+		testenv.ExpectKstatus(ctx, g, env.Client, u, kstatus.CurrentStatus, "")
 	})
 	err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Pod was evicted: %v", err)
@@ -111,6 +114,7 @@ func TestNeverComesBackThenRetry(t *testing.T) {
 
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.StepFailedReason)
+		testenv.ExpectKstatus(ctx, g, env.Client, u, kstatus.FailedStatus, upgradev1alpha1.StepFailedReason)
 	})
 	testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.ReadyCondition, metav1.ConditionFalse, upgradev1alpha1.StepFailedReason)
 	g.Expect(u.Status.Conditions).NotTo(ContainElement(HaveField("Type", upgradev1alpha1.ProgressingCondition)))
@@ -213,6 +217,7 @@ func TestPreChecksHold(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, u)).To(Succeed())
 	u = waitUpgrade(t, u, func(g Gomega, u *upgradev1alpha1.MachineUpgrade) {
 		testenv.HasCondition(g, u.Status.Conditions, upgradev1alpha1.StalledCondition, metav1.ConditionTrue, upgradev1alpha1.ChecksFailedReason)
+		testenv.ExpectKstatus(ctx, g, env.Client, u, kstatus.FailedStatus, upgradev1alpha1.ChecksFailedReason)
 	})
 	g.Expect(u.Status.Phase).To(Equal(upgradev1alpha1.PhaseFailed))
 	g.Expect(conditionMessage(u, upgradev1alpha1.StalledCondition)).To(ContainSubstring("step PreChecks failed 2 time(s): timed out after 1s: check on-version-9 is false for Machine pc-0"))

@@ -98,10 +98,12 @@ func computeStatus(s *scope) {
 		creconcile.MarkFalse(&st.Conditions, gen, upgradev1alpha1.ReadyCondition, reason, msg)
 	}
 	switch phase {
-	case upgradev1alpha1.PhaseFailed:
+	case upgradev1alpha1.PhaseFailed, upgradev1alpha1.PhaseAborted:
+		// Final until a person changes the spec: Stalled, so that kstatus
+		// (a waiting Sync) reads it Failed rather than in progress for ever.
 		creconcile.MarkTrue(&st.Conditions, gen, upgradev1alpha1.StalledCondition, reason, msg)
 		creconcile.Remove(&st.Conditions, upgradev1alpha1.ProgressingCondition)
-	case upgradev1alpha1.PhaseSucceeded, upgradev1alpha1.PhaseAborted, upgradev1alpha1.PhasePaused:
+	case upgradev1alpha1.PhaseSucceeded, upgradev1alpha1.PhasePaused:
 		creconcile.Remove(&st.Conditions, upgradev1alpha1.StalledCondition)
 		creconcile.Remove(&st.Conditions, upgradev1alpha1.ProgressingCondition)
 	default:

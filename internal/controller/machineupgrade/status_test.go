@@ -86,7 +86,7 @@ func TestComputeStatus(t *testing.T) {
 			status: upgradev1alpha1.MachineUpgradeStatus{
 				Steps:    []upgradev1alpha1.StepStatus{step(pre, ok, 1), step(ms, ok, 1)},
 				Machines: []upgradev1alpha1.MachineProgress{machine("a", upgradev1alpha1.MachineUpgraded, upgradev1alpha1.StepPostCheck, ok), machine("b", upgradev1alpha1.MachineAborted, upgradev1alpha1.StepDrain, run)}},
-			phase: upgradev1alpha1.PhaseAborted, reason: upgradev1alpha1.AbortedReason, msg: "aborted: 1 upgraded, 0 skipped, 1 left as status.machines says, 0 failed", done: "1/2"},
+			phase: upgradev1alpha1.PhaseAborted, reason: upgradev1alpha1.AbortedReason, msg: "aborted: 1 upgraded, 0 skipped, 1 left as status.machines says, 0 failed", done: "1/2", stalled: true},
 		{name: "invalid", scope: scope{invalid: "spec.preChecks[x]: invalid CEL expression"},
 			phase: upgradev1alpha1.PhaseFailed, reason: upgradev1alpha1.InvalidSpecReason, msg: "spec.preChecks[x]: invalid CEL expression", done: "0/0", stalled: true},
 	}

@@ -165,8 +165,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		wasReady := base.(sqlInstance).InstanceStatus().Ready
 		computeStatus(s)
 		// A terminal error (Stalled) has observed this generation too, so
-		// that kstatus reads it Failed rather than InProgress.
-		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
+		// that kstatus reads it Failed rather than InProgress; so has a
+		// retried failure the status reports (Unreachable): kstatus reads
+		// InProgress with its reason, not a lagging generation.
+		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) || s.reason != "" {
 			inst.InstanceStatus().ObservedGeneration = inst.GetGeneration()
 		}
 		st := inst.InstanceStatus()

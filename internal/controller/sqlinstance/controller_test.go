@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
@@ -132,6 +133,8 @@ func TestUnreachableServerIsNotReady(t *testing.T) {
 				g.Expect(ready.Reason).To(Equal(sqlv1alpha1.UnreachableReason))
 				g.Expect(ready.Message).To(ContainSubstring("cannot reach 127.0.0.1"))
 				g.Expect(meta.FindStatusCondition(st.Conditions, sqlv1alpha1.StalledCondition)).To(BeNil())
+				// Retried: kstatus reads it InProgress with the reason.
+				testenv.ExpectKstatus(t.Context(), g, env.Client, inst, kstatus.InProgressStatus, sqlv1alpha1.UnreachableReason)
 			}).Should(Succeed())
 		})
 	}
