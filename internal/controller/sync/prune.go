@@ -39,7 +39,10 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 	}
 	sy.Status.PendingPrune = nil
 	total := len(sy.Status.Inventory)
-	if ptr.Deref(sy.Spec.Prune, false) && s.st.scanLeaks() {
+	// A Sync that never completed a revision never pruned, so an earlier
+	// release cannot have leaked anything of it: a new Sync skips the scan
+	// (and its list of every object it just applied).
+	if ptr.Deref(sy.Spec.Prune, false) && s.st.scanLeaks() && sy.Status.LastAppliedRevision != "" {
 		leaked, err := r.leaked(ctx, s, c, desired)
 		if err != nil {
 			s.st.rescanLeaks()
