@@ -11,8 +11,13 @@
 // base name and a line): the guard lines of a controller whose whole
 // package would take hours.
 //
-// A mutant survives when the tests still pass: a line no test notices.
-// Mutants whose build fails are not counted.
+// A mutant is killed when a test fails; it survives when the tests still
+// pass: a line no test notices. A mutant whose tests run past -timeout (or
+// past go test's own timeout) is a timeout, reported as TIMEOUT and counted
+// apart: it is not killed (no test failed; the mutant may only have made a
+// loop endless or a wait longer) and it lowers the score, which is killed
+// of killed + survived + timed out. Mutants whose build fails are not
+// counted.
 package main
 
 import (
@@ -91,11 +96,11 @@ func main() {
 	}()
 	// A test that fails without any mutant "kills" every mutant: run the
 	// tests once on the unchanged package first.
-	if res, by := test(append([]string{*pkg}, splitList(*also)...), *run, *timeout); res != "survived" {
+	if res, by := test(append([]string{*pkg}, splitList(*also)...), *run, *timeout); res != survived {
 		fmt.Fprintf(os.Stderr, "mutate: the tests fail without any mutant (%s %s); fix them first\n", res, by)
 		os.Exit(1)
 	}
-	var killed, survived, broken int
+	var nKilled, nSurvived, nTimedOut, nBroken int
 	for _, path := range files {
 		if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(filepath.Base(path), "zz_generated") {
 			continue
@@ -143,25 +148,34 @@ func main() {
 			}
 			setRestore(nil)
 			switch res {
-			case "killed":
-				killed++
+			case killed:
+				nKilled++
 				if *verbose {
 					fmt.Println("KILLED", where, "by", by)
 				}
-			case "survived":
-				survived++
+			case survived:
+				nSurvived++
 				fmt.Println("SURVIVED", where)
+			case timedOut:
+				nTimedOut++
+				fmt.Println("TIMEOUT", where, by)
 			default:
-				broken++
+				nBroken++
 			}
 		}
 	}
-	total := killed + survived
+	fmt.Println(summary(*pkg, nKilled, nSurvived, nTimedOut, nBroken))
+}
+
+// summary is the last line: the score counts a timeout as not killed.
+func summary(pkg string, nKilled, nSurvived, nTimedOut, nBroken int) string {
+	total := nKilled + nSurvived + nTimedOut
 	score := 0.0
 	if total > 0 {
-		score = 100 * float64(killed) / float64(total)
+		score = 100 * float64(nKilled) / float64(total)
 	}
-	fmt.Printf("mutate %s: %d of %d mutants killed (%.0f%%), %d did not build\n", *pkg, killed, total, score, broken)
+	return fmt.Sprintf("mutate %s: %d of %d mutants killed (%.0f%%), %d survived, %d timed out, %d did not build",
+		pkg, nKilled, total, score, nSurvived, nTimedOut, nBroken)
 }
 
 // splitList splits a comma-separated flag value, dropping empty entries.
@@ -178,9 +192,22 @@ func splitList(v string) []string {
 // failedTest matches a failing top-level test in go test's output.
 var failedTest = regexp.MustCompile(`(?m)^--- FAIL: (\S+)`)
 
-// test runs the packages' tests and classifies the mutant; for a killed
-// one it also says which tests failed (or "timeout").
-func test(pkgs []string, run string, timeout time.Duration) (string, string) {
+// testTimedOut matches the panic of a test binary that ran past go test's
+// -timeout.
+var testTimedOut = regexp.MustCompile(`(?m)^panic: test timed out after`)
+
+// A mutant's fate.
+type outcome string
+
+const (
+	killed   outcome = "killed"   // a test failed
+	survived outcome = "survived" // the tests passed
+	timedOut outcome = "timeout"  // the tests ran past the deadline, none failed
+	broken   outcome = "broken"   // the mutant did not build
+)
+
+// test runs the packages' tests against the mutant and classifies it.
+func test(pkgs []string, run string, timeout time.Duration) (outcome, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout) //nolint:forbidigo // a command's root context: signals are handled by restore
 	defer cancel()
 	args := []string{"test", "-count=1", "-failfast"}
@@ -188,25 +215,40 @@ func test(pkgs []string, run string, timeout time.Duration) (string, string) {
 		args = append(args, "-run", run)
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
+	// At the deadline, kill the test binaries too, not only the go command:
+	// a hung one would hold the output pipe until go test's own timeout.
+	killGroup(cmd)
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
+	return classify(out, err, ctx.Err() != nil)
+}
+
+// classify decides a mutant's fate from go test's output, its error, and
+// whether the per-mutant deadline passed; for a killed mutant it also says
+// which tests failed. A test that failed kills the mutant even if another
+// package then ran into the deadline; without one, a deadline or go test's
+// own timeout is a timeout, not a kill.
+func classify(out []byte, err error, deadline bool) (outcome, string) {
 	switch {
 	case err == nil:
-		return "survived", ""
+		return survived, ""
 	case bytes.Contains(out, []byte("[build failed]")) || bytes.Contains(out, []byte("[setup failed]")):
-		return "broken", ""
+		return broken, ""
 	}
 	var by []string
 	for _, m := range failedTest.FindAllSubmatch(out, -1) {
 		by = append(by, string(m[1]))
 	}
-	if ctx.Err() != nil {
-		by = append(by, "timeout")
+	if len(by) > 0 {
+		return killed, strings.Join(by, ", ")
 	}
-	if len(by) == 0 {
-		by = append(by, "a failing package (no test named)")
+	if deadline {
+		return timedOut, "(the -timeout deadline)"
 	}
-	return "killed", strings.Join(by, ", ") // a failing test or a timeout
-
+	if testTimedOut.Match(out) {
+		return timedOut, "(go test's own timeout)"
+	}
+	return killed, "a failing package (no test named)"
 }
 
 func fail(err error) {
