@@ -86,7 +86,7 @@ func TestAllocate(t *testing.T) {
 		{name: "pool at the assignment bound", req: func(r *lbipam.Request) { r.MaxAssignmentsPerPool = 1 },
 			pools: []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.0", "other", "x", ""))}, reason: lbv1alpha1.AssignmentLimitExceededReason},
 		{name: "sharing counts toward the assignment bound", req: func(r *lbipam.Request) { r.SharingKey = "k"; r.MaxAssignmentsPerPool = 2 },
-			pools: []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.2", "ns", "x", "k", "TCP/443"), held("10.0.0.2", "ns", "y", "k", "TCP/8443"))},
+			pools:  []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.2", "ns", "x", "k", "TCP/443"), held("10.0.0.2", "ns", "y", "k", "TCP/8443"))},
 			reason: lbv1alpha1.AssignmentLimitExceededReason},
 		{name: "requested address in a pool at the bound", req: func(r *lbipam.Request) {
 			r.Address = netip.MustParseAddr("10.0.0.3")
