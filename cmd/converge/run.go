@@ -108,6 +108,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.DurationVar(&o.DatabaseResyncInterval, "database-resync-interval", o.DatabaseResyncInterval, "how often a Ready Database is fully reconciled (password and extensions checked), ±5 %")
 	f.BoolVar(&o.LBDefaultClass, "lb-default-class", o.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	f.IntVar(&o.LBMaxListenersPerNamespace, "lb-max-listeners-per-namespace", o.LBMaxListenersPerNamespace, "most listeners (ports of LoadBalancer Services holding an address) one namespace may have; 0: no bound")
+	f.IntVar(&o.LBMaxAssignmentsPerPool, "lb-max-assignments-per-pool", o.LBMaxAssignmentsPerPool, "most assignments (Services holding an address, each sharing one counting) one IPAddressPool may hold; 0: the schema's 65536")
 	f.DurationVar(&o.SQLInstanceHealthInterval, "sql-instance-health-interval", o.SQLInstanceHealthInterval, "how often a Ready PostgresInstance or MariaDBInstance logs in again")
 	addMachineFlags(f, &o.Machines)
 	addQemuMachinesModeFlags(f, &o.Machines)

@@ -83,6 +83,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	f.StringVar(&o.LBPool, "lb-pool", up.DefaultLBPool, "LoadBalancer Services get addresses from this pool (created when missing) and are served here by a userspace proxy (no root; ports from 1024 up unless root); '' disables")
 	f.BoolVar(&o.Manager.LBDefaultClass, "lb-default-class", o.Manager.LBDefaultClass, "serve LoadBalancer Services that set no spec.loadBalancerClass (Converge's class is converge.dev/lb)")
 	f.IntVar(&o.Manager.LBMaxListenersPerNamespace, "lb-max-listeners-per-namespace", o.Manager.LBMaxListenersPerNamespace, "most listeners (ports of LoadBalancer Services holding an address) one namespace may have; 0: no bound")
+	f.IntVar(&o.Manager.LBMaxAssignmentsPerPool, "lb-max-assignments-per-pool", o.Manager.LBMaxAssignmentsPerPool, "most assignments (Services holding an address, each sharing one counting) one IPAddressPool may hold; 0: the schema's 65536")
 	addBudgetFlags(f, &o.Manager)
 	addMachineFlags(f, &o.Manager.Machines)
 	addBMCFlags(f, &o.Manager.BMC)

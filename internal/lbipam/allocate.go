@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,37 @@ type Request struct {
 	Pool string
 	// NamespaceLabels and ServiceLabels are matched against grants.
 	NamespaceLabels, ServiceLabels map[string]string
+	// MaxAssignmentsPerPool is the most assignments a pool may hold; a
+	// pool holding that many (not counting this Service's own) gives this
+	// Service no address. 0: no bound.
+	MaxAssignmentsPerPool int
+}
+
+// full reports whether the pool holds req.MaxAssignmentsPerPool
+// assignments of other Services, so that one more would pass the bound.
+func full(p *lbv1alpha1.IPAddressPool, req Request) bool {
+	if req.MaxAssignmentsPerPool <= 0 {
+		return false
+	}
+	n := 0
+	for _, a := range p.Status.Assignments {
+		if a.Service.UID != req.UID {
+			n++
+		}
+	}
+	return n >= req.MaxAssignmentsPerPool
+}
+
+// limitExceeded is the decision for a Service whose candidate pools are
+// all at the assignment bound.
+func limitExceeded(req Request, pools []string) Decision {
+	what := "IPAddressPool " + pools[0] + " holds"
+	if len(pools) > 1 {
+		what = "IPAddressPools " + strings.Join(pools, ", ") + " each hold"
+	}
+	return Decision{Reason: lbv1alpha1.AssignmentLimitExceededReason,
+		Message: fmt.Sprintf("%s %d assignments, the most the cluster admin allows per pool (--lb-max-assignments-per-pool); no address for this Service",
+			what, req.MaxAssignmentsPerPool)}
 }
 
 // Pool is a parsed IPAddressPool.
@@ -175,12 +207,20 @@ func Allocate(req Request, pools []Pool) Decision {
 				return Decision{Reason: lbv1alpha1.AddressUnavailableReason,
 					Message: fmt.Sprintf("address %s is in use by another Service that may not share it (sharing needs the same namespace, the same %s key and no colliding port)", req.Address, lbv1alpha1.AllowSharedIPAnnotation)}
 			}
+			if full(p.Obj, req) {
+				return limitExceeded(req, []string{p.Obj.Name})
+			}
 			return Decision{Pool: p.Obj.Name, Address: req.Address}
 		}
 		return Decision{Reason: lbv1alpha1.AddressUnavailableReason,
 			Message: fmt.Sprintf("address %s is in no IPAddressPool granted to namespace %q", req.Address, req.Namespace)}
 	}
+	var capped []string
 	for _, p := range candidates {
+		if full(p.Obj, req) {
+			capped = append(capped, p.Obj.Name)
+			continue // as if it had no free address: try the next pool
+		}
 		h := holders(p.Obj)
 		// Share first: a Service with a sharing key joins its partners.
 		if req.SharingKey != "" {
@@ -194,6 +234,9 @@ func Allocate(req Request, pools []Pool) Decision {
 		if ip, ok := First(p.Ranges, p.Obj.Spec.AvoidBuggyIPs, func(a netip.Addr) bool { return len(h[a]) == 0 }); ok {
 			return Decision{Pool: p.Obj.Name, Address: ip}
 		}
+	}
+	if len(capped) > 0 {
+		return limitExceeded(req, capped)
 	}
 	return Decision{Reason: lbv1alpha1.PoolExhaustedReason,
 		Message: fmt.Sprintf("every address of the pools granted to namespace %q is in use", req.Namespace)}

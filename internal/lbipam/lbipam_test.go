@@ -83,6 +83,19 @@ func TestAllocate(t *testing.T) {
 				p.Obj.Spec.ServiceAllocation = &lbv1alpha1.ServiceAllocation{Namespaces: []string{"other"}}
 				return p
 			}()}, reason: lbv1alpha1.PoolNotAllowedReason},
+		{name: "pool at the assignment bound", req: func(r *lbipam.Request) { r.MaxAssignmentsPerPool = 1 },
+			pools: []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.0", "other", "x", ""))}, reason: lbv1alpha1.AssignmentLimitExceededReason},
+		{name: "sharing counts toward the assignment bound", req: func(r *lbipam.Request) { r.SharingKey = "k"; r.MaxAssignmentsPerPool = 2 },
+			pools:  []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.2", "ns", "x", "k", "TCP/443"), held("10.0.0.2", "ns", "y", "k", "TCP/8443"))},
+			reason: lbv1alpha1.AssignmentLimitExceededReason},
+		{name: "requested address in a pool at the bound", req: func(r *lbipam.Request) {
+			r.Address = netip.MustParseAddr("10.0.0.3")
+			r.MaxAssignmentsPerPool = 1
+		}, pools: []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.0", "other", "x", ""))}, reason: lbv1alpha1.AssignmentLimitExceededReason},
+		{name: "own assignment not counted toward the bound", req: func(r *lbipam.Request) { r.MaxAssignmentsPerPool = 1 },
+			pools: []lbipam.Pool{pool(t, "p", []string{"10.0.0.0/30"}, held("10.0.0.0", "ns", "new", ""))}, addr: "10.0.0.1"},
+		{name: "next pool below the bound", req: func(r *lbipam.Request) { r.MaxAssignmentsPerPool = 1 },
+			pools: []lbipam.Pool{pool(t, "a", []string{"10.0.0.0/30"}, held("10.0.0.0", "other", "x", "")), pool(t, "b", []string{"10.0.1.0/30"})}, addr: "10.0.1.0"},
 		{name: "priority", pools: func() []lbipam.Pool {
 			a, b := pool(t, "a", []string{"10.0.0.0/32"}), pool(t, "b", []string{"10.0.1.0/32"})
 			a.Obj.Spec.ServiceAllocation = &lbv1alpha1.ServiceAllocation{Priority: 5}

@@ -91,7 +91,8 @@ var controllers = []controller{
 		return (&databasebackup.Reconciler{BackupDir: o.BackupDir}).SetupWithManager(mgr)
 	}},
 	{name: lbipam.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&lbipam.Reconciler{DefaultClass: o.LBDefaultClass, MaxListenersPerNamespace: o.LBMaxListenersPerNamespace}).SetupWithManager(mgr)
+		return (&lbipam.Reconciler{DefaultClass: o.LBDefaultClass, MaxListenersPerNamespace: o.LBMaxListenersPerNamespace,
+			MaxAssignmentsPerPool: o.LBMaxAssignmentsPerPool}).SetupWithManager(mgr)
 	}},
 	{name: machinectrl.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&machinectrl.Reconciler{DrainTimeout: o.Machines.DrainTimeout}).SetupWithManager(mgr)

@@ -156,6 +156,10 @@ type Options struct {
 	// LoadBalancer Services holding an address) one namespace may put on
 	// the data plane; 0 is no bound.
 	LBMaxListenersPerNamespace int
+	// LBMaxAssignmentsPerPool bounds the assignments one IPAddressPool's
+	// status holds (Services sharing an address each count); 0 is the
+	// schema's bound, 65536.
+	LBMaxAssignmentsPerPool int
 	// SQLInstanceHealthInterval is how often a Ready PostgresInstance or
 	// MariaDBInstance logs in again.
 	SQLInstanceHealthInterval time.Duration
@@ -277,6 +281,13 @@ type WebhookOptions struct {
 // DefaultBackupDir is the in-cluster backup store: mount a volume there.
 const DefaultBackupDir = "/var/lib/converge/backups"
 
+// DefaultLBMaxAssignmentsPerPool is the default --lb-max-assignments-per-pool:
+// 512 of the largest assignments an IPAddressPool's status can hold (128
+// ports, the longest names and sharing key, about 2.4 KB each) stay under
+// etcd's default 1.5 MiB object limit, so the bound, not a failed write, is
+// what a Service past it meets.
+const DefaultLBMaxAssignmentsPerPool = 512
+
 // LocalBackupDir is the backup store of local mode, under the data
 // directory.
 func LocalBackupDir(dataDir string) string { return filepath.Join(dataDir, "backups") }
@@ -301,6 +312,7 @@ func DefaultOptions() Options {
 		DatabaseResyncInterval:     database.DefaultResyncInterval,
 		LBDefaultClass:             true,
 		LBMaxListenersPerNamespace: 256,
+		LBMaxAssignmentsPerPool:    DefaultLBMaxAssignmentsPerPool,
 		SQLInstanceHealthInterval:  time.Minute,
 		Webhook: WebhookOptions{
 			Port:       9443,

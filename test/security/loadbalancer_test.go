@@ -173,3 +173,98 @@ func TestListenersPerNamespaceAreBounded(t *testing.T) {
 	g.Eventually(func() string { return lbReason(ctx, victim, "web") }).WithTimeout(30 * time.Second).
 		ShouldNot(Or(BeEmpty(), Equal(lbv1alpha1.ListenerLimitExceededReason)))
 }
+
+// TestPoolAssignmentsAreBounded: tenants granted one pool cannot grow its
+// status (and every reconcile that reads it) without bound by sharing
+// addresses. With the chart's default of 512 assignments per pool, two
+// tenants fill a /29 pool with 256 one-port Services each, all sharing one
+// address per namespace under allow-shared-ip (within the listener bound);
+// a third tenant's Service then gets no address: LoadBalancerReady False,
+// AssignmentLimitExceeded, naming the bound and the pool, a Warning Event,
+// and the pool's assignments unchanged. A Service of 129 ports gets
+// TooManyPorts naming the schema's 128, instead of retrying without a
+// condition.
+func TestPoolAssignmentsAreBounded(t *testing.T) {
+	a, b, c := newTenant(t), newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-cap-" + c.NS},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.11.0/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{a.NS, b.NS, c.NS}}}}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
+
+	// 2 × 256 Services, created 16 at a time.
+	type job struct {
+		tn *tenant
+		i  int
+	}
+	jobs, errs := make(chan job), make(chan error, 512)
+	for range 16 {
+		go func() {
+			for j := range jobs {
+				s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: j.tn.NS, Name: fmt.Sprintf("s%d", j.i),
+					Annotations: map[string]string{lbv1alpha1.AllowSharedIPAnnotation: "k"}},
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
+						Ports: []corev1.ServicePort{{Name: "p", Protocol: corev1.ProtocolTCP, Port: int32(1000 + j.i)}}}} //nolint:gosec // < 256
+				errs <- j.tn.Client.Create(ctx, s)
+			}
+		}()
+	}
+	for _, tn := range []*tenant{a, b} {
+		for i := range 256 {
+			jobs <- job{tn, i}
+		}
+	}
+	close(jobs)
+	for range 512 {
+		g.Expect(<-errs).To(Succeed(), "a tenant creating a LoadBalancer Service")
+	}
+	// Filling the pool is slow (each allocation is a pool write locked on
+	// its resourceVersion, so allocations from a lagging cache conflict and
+	// back off, and every pool change has the pool reconciler read each
+	// holder past the cache): minutes on a loaded machine.
+	var before []lbv1alpha1.Assignment
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Status.Assignments).To(HaveLen(512))
+		before = pool.Status.Assignments
+	}).WithTimeout(12 * time.Minute).WithPolling(time.Second).Should(Succeed())
+
+	lbService(t, c, "late", 80, nil)
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Service{}
+		g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: c.NS, Name: "late"}, s)).To(Succeed())
+		cond := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(lbv1alpha1.AssignmentLimitExceededReason))
+		g.Expect(cond.Message).To(And(ContainSubstring(pool.Name), ContainSubstring("512 assignments")))
+		g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
+
+	wide := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: c.NS, Name: "wide"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false)}}
+	for i := range 129 {
+		wide.Spec.Ports = append(wide.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(2000 + i)})
+	}
+	g.Expect(c.Client.Create(ctx, wide)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Service{}
+		g.Expect(c.Client.Get(ctx, client.ObjectKeyFromObject(wide), s)).To(Succeed())
+		cond := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(lbv1alpha1.TooManyPortsReason))
+		g.Expect(cond.Message).To(ContainSubstring("at most 128"))
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(c.NS))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", lbv1alpha1.AssignmentLimitExceededReason),
+			HaveField("Type", corev1.EventTypeWarning), HaveField("Regarding.Name", "late"))))
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", lbv1alpha1.TooManyPortsReason),
+			HaveField("Type", corev1.EventTypeWarning), HaveField("Regarding.Name", "wide"))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+	g.Expect(pool.Status.Assignments).To(Equal(before), "the pool changed when a Service past its bound was refused")
+}

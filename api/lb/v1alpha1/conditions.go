@@ -56,6 +56,15 @@ const (
 	// (--lb-max-listeners-per-namespace); the message names the bound and
 	// the namespace. It gets no address.
 	ListenerLimitExceededReason = "ListenerLimitExceeded"
+	// AssignmentLimitExceededReason: every pool the Service may use holds
+	// the most assignments the cluster admin allows per pool
+	// (--lb-max-assignments-per-pool); the message names the bound and the
+	// pool. It gets no address, and the pool is left as it was.
+	AssignmentLimitExceededReason = "AssignmentLimitExceeded"
+	// TooManyPortsReason: the Service has more ports than a pool's status
+	// can record for one Service (MaxAssignmentPorts); the message names
+	// the bound. It gets no address.
+	TooManyPortsReason = "TooManyPorts"
 	// AddressesAvailableReason: the pool has free addresses.
 	AddressesAvailableReason = "AddressesAvailable"
 )

@@ -5,6 +5,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// Bounds of an IPAddressPool's status, as its schema declares them (the
+// MaxItems markers below must say the same).
+const (
+	// MaxAssignments is the most entries status.assignments may hold.
+	MaxAssignments = 65536
+	// MaxAssignmentPorts is the most ports one assignment may record: a
+	// Service with more gets no address.
+	MaxAssignmentPorts = 128
+)
+
 // IPAddressPoolSpec defines the addresses of a pool and who may use them.
 type IPAddressPoolSpec struct {
 	// addresses are IPv4 CIDRs ("192.0.2.0/28") or inclusive ranges
@@ -87,7 +97,9 @@ type Assignment struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SharingKey string `json:"sharingKey,omitempty"`
-	// ports the Service uses on the address, as PROTOCOL/port.
+	// ports the Service uses on the address, as PROTOCOL/port. A Service
+	// with more ports than this list may hold gets no address
+	// (TooManyPorts).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
@@ -105,7 +117,9 @@ type IPAddressPoolStatus struct {
 	// available is the number of addresses still free.
 	// +optional
 	Available int64 `json:"available,omitempty"`
-	// assignments lists every Service holding an address of the pool.
+	// assignments lists every Service holding an address of the pool, at
+	// most the manager's --lb-max-assignments-per-pool (a Service past it
+	// gets no address: AssignmentLimitExceeded).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=65536

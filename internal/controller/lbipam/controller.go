@@ -51,6 +51,12 @@ type Reconciler struct {
 	// namespace, so a tenant cannot grow the agents' data plane without
 	// bound; 0 is no bound.
 	MaxListenersPerNamespace int
+	// MaxAssignmentsPerPool bounds the assignments one pool's status holds
+	// (Services sharing an address each add one), so tenants of many
+	// granted namespaces together cannot grow a pool, and every
+	// reconcile reading it, without bound; 0 is the schema's bound
+	// (lbv1alpha1.MaxAssignments).
+	MaxAssignmentsPerPool int
 }
 
 // Wants reports whether Converge serves the Service (see lbipam.Wants).
@@ -145,9 +151,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("reading namespace %s: %w", svc.Namespace, err)
 	}
 	rq, badAddr := request(svc, ns.Labels)
+	rq.MaxAssignmentsPerPool = r.MaxAssignmentsPerPool
+	if rq.MaxAssignmentsPerPool <= 0 || rq.MaxAssignmentsPerPool > lbv1alpha1.MaxAssignments {
+		rq.MaxAssignmentsPerPool = lbv1alpha1.MaxAssignments
+	}
 	if badAddr != "" {
 		return ctrl.Result{}, r.setNotReady(ctx, svc, nil, lbv1alpha1.AddressUnavailableReason,
 			fmt.Sprintf("annotation %s: %q is not an IPv4 address", lbv1alpha1.AddressAnnotation, badAddr))
+	}
+	if len(rq.Ports) > lbv1alpha1.MaxAssignmentPorts {
+		msg := fmt.Sprintf("the Service has %d ports; an IPAddressPool records at most %d per Service (status.assignments[].ports), so it gets no address",
+			len(rq.Ports), lbv1alpha1.MaxAssignmentPorts)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, lbv1alpha1.TooManyPortsReason, "Allocate", "%s", msg)
+		if err := r.release(ctx, current, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.setNotReady(ctx, svc, []corev1.LoadBalancerIngress{}, lbv1alpha1.TooManyPortsReason, msg)
 	}
 	if n := listeners(pools, rq); r.MaxListenersPerNamespace > 0 && n > r.MaxListenersPerNamespace {
 		msg := fmt.Sprintf("namespace %s would have %d listeners (ports of LoadBalancer Services with an address) with this Service's %d; the cluster admin allows %d per namespace (--lb-max-listeners-per-namespace)",

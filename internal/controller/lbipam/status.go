@@ -17,10 +17,12 @@ import (
 // allocatorReasons are the LoadBalancerReady reasons this controller owns;
 // the agent owns the others.
 var allocatorReasons = map[string]bool{
-	lbv1alpha1.PoolExhaustedReason:         true,
-	lbv1alpha1.AddressUnavailableReason:    true,
-	lbv1alpha1.PoolNotAllowedReason:        true,
-	lbv1alpha1.ListenerLimitExceededReason: true,
+	lbv1alpha1.PoolExhaustedReason:           true,
+	lbv1alpha1.AddressUnavailableReason:      true,
+	lbv1alpha1.PoolNotAllowedReason:          true,
+	lbv1alpha1.ListenerLimitExceededReason:   true,
+	lbv1alpha1.AssignmentLimitExceededReason: true,
+	lbv1alpha1.TooManyPortsReason:            true,
 }
 
 // patchPool applies mutate to a copy of the pool, recomputes the counts and
