@@ -176,15 +176,16 @@ func TestListenersPerNamespaceAreBounded(t *testing.T) {
 
 // TestPoolAssignmentsAreBounded: tenants granted one pool cannot grow its
 // status (and every reconcile that reads it) without bound by sharing
-// addresses. With the chart's default of 512 assignments per pool, two
-// tenants fill a /29 pool with 256 one-port Services each, all sharing one
-// address per namespace under allow-shared-ip (within the listener bound);
+// addresses. With the suite's bound of 16 assignments per pool (see
+// chartDefaults), two tenants fill a /29 pool with 8 one-port Services
+// each, all sharing one address per namespace under allow-shared-ip (within the listener bound);
 // a third tenant's Service then gets no address: LoadBalancerReady False,
 // AssignmentLimitExceeded, naming the bound and the pool, a Warning Event,
 // and the pool's assignments unchanged. A Service of 129 ports gets
 // TooManyPorts naming the schema's 128, instead of retrying without a
 // condition.
 func TestPoolAssignmentsAreBounded(t *testing.T) {
+	const perTenant = suiteMaxAssignmentsPerPool / 2
 	a, b, c := newTenant(t), newTenant(t), newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -194,12 +195,12 @@ func TestPoolAssignmentsAreBounded(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
 
-	// 2 × 256 Services, created 16 at a time.
+	// 2 × 8 Services, created 16 at a time.
 	type job struct {
 		tn *tenant
 		i  int
 	}
-	jobs, errs := make(chan job), make(chan error, 512)
+	jobs, errs := make(chan job), make(chan error, 2*perTenant)
 	for range 16 {
 		go func() {
 			for j := range jobs {
@@ -212,24 +213,20 @@ func TestPoolAssignmentsAreBounded(t *testing.T) {
 		}()
 	}
 	for _, tn := range []*tenant{a, b} {
-		for i := range 256 {
+		for i := range perTenant {
 			jobs <- job{tn, i}
 		}
 	}
 	close(jobs)
-	for range 512 {
+	for range 2 * perTenant {
 		g.Expect(<-errs).To(Succeed(), "a tenant creating a LoadBalancer Service")
 	}
-	// Filling the pool is slow (each allocation is a pool write locked on
-	// its resourceVersion, so allocations from a lagging cache conflict and
-	// back off, and every pool change has the pool reconciler read each
-	// holder past the cache): minutes on a loaded machine.
 	var before []lbv1alpha1.Assignment
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
-		g.Expect(pool.Status.Assignments).To(HaveLen(512))
+		g.Expect(pool.Status.Assignments).To(HaveLen(2 * perTenant))
 		before = pool.Status.Assignments
-	}).WithTimeout(12 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 
 	lbService(t, c, "late", 80, nil)
 	g.Eventually(func(g Gomega) {
@@ -238,7 +235,7 @@ func TestPoolAssignmentsAreBounded(t *testing.T) {
 		cond := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition)
 		g.Expect(cond).NotTo(BeNil())
 		g.Expect(cond.Reason).To(Equal(lbv1alpha1.AssignmentLimitExceededReason))
-		g.Expect(cond.Message).To(And(ContainSubstring(pool.Name), ContainSubstring("512 assignments")))
+		g.Expect(cond.Message).To(And(ContainSubstring(pool.Name), ContainSubstring(fmt.Sprintf("%d assignments", suiteMaxAssignmentsPerPool))))
 		g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
 	}).WithTimeout(2 * time.Minute).Should(Succeed())
 

@@ -37,4 +37,12 @@ func chartDefaults(o *setup.Options) {
 	// The chart's ACME directories, and the suite's loopback ACME server
 	// under one prefix (pki_test.go).
 	o.PKI.ACMEAllowedDirectories = append(slices.Clone(acme.DefaultAllowedDirectories), trap.AllowedPrefix())
+	// Below the chart's 512 (--lb-max-assignments-per-pool), so that
+	// TestPoolAssignmentsAreBounded fills a pool with 16 Services, not 512
+	// (six minutes: each pool change re-reads every holder). The one
+	// setting of the suite that is not the chart's.
+	o.LBMaxAssignmentsPerPool = suiteMaxAssignmentsPerPool
 }
+
+// suiteMaxAssignmentsPerPool is the suite's --lb-max-assignments-per-pool.
+const suiteMaxAssignmentsPerPool = 16

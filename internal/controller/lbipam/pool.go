@@ -15,9 +15,9 @@ import (
 )
 
 // reconcilePool drops assignments whose Service is gone (or re-created, or
-// no longer a Converge LoadBalancer) — checked against the API server, not
-// the cache, so a Service created a moment ago keeps its address — and
-// keeps the counts and Ready current.
+// no longer a Converge LoadBalancer) — what the cache calls gone is
+// checked against the API server, so a Service created a moment ago keeps
+// its address — and keeps the counts and Ready current.
 func (r *Reconciler) reconcilePool(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pool := &lbv1alpha1.IPAddressPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
@@ -29,8 +29,16 @@ func (r *Reconciler) reconcilePool(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	gone := map[lbv1alpha1.ServiceRef]bool{}
 	for _, a := range pool.Status.Assignments {
+		key := types.NamespacedName{Namespace: a.Service.Namespace, Name: a.Service.Name}
 		svc := &corev1.Service{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: a.Service.Namespace, Name: a.Service.Name}, svc)
+		if err := r.Client.Get(ctx, key, svc); err == nil && svc.UID == a.Service.UID && Wants(svc, r.DefaultClass) {
+			// Held as the cache says: kept, without a read per holder on
+			// every pool change (a deletion the cache has not seen yet
+			// reaches the Service reconciler, which releases).
+			continue
+		}
+		svc = &corev1.Service{}
+		err := r.APIReader.Get(ctx, key, svc)
 		switch {
 		case apierrors.IsNotFound(err):
 			gone[a.Service] = true

@@ -132,30 +132,58 @@ func TestSyncInEveryIdentityMode(t *testing.T) {
 
 // TestLeakedObjectsArePruned: objects left as the broken release left
 // them (labelled for the Sync, applied by converge-sync with server-side
-// apply, in no inventory) are found and pruned with the usual rules, in both
-// identity modes; a labelled object someone else applied and a leaked one
-// opted out with converge.dev/prune: disabled stay.
+// apply, in no inventory of a Sync that applied a revision) are found and
+// pruned with the usual rules, in both identity modes; a labelled object
+// someone else applied and a leaked one opted out with converge.dev/prune:
+// disabled stay. A new Sync (no revision applied: it never pruned, so
+// nothing of it leaked) deletes nothing it did not apply, even labelled
+// for its name (an earlier Sync's orphans).
 func TestLeakedObjectsArePruned(t *testing.T) {
 	testenv.Need(t, env)
 	t.Parallel()
 	eachMode(t, func(t *testing.T, g Gomega, ns string, m identityMode) {
-		_, h1, _ := setupRepoLabelled(t, ns, map[string]string{"app/kept.yaml": configMap("kept", nil)}, m.labels)
-		leave := func(name, manager string, annotations map[string]string) {
+		_, h1, _ := setupRepoLabelled(t, ns, map[string]string{"app/kept.yaml": configMap("kept", nil), "fresh/new.yaml": configMap("new", nil)}, m.labels)
+		leave := func(sync, name, manager string, annotations map[string]string) {
 			u := &unstructured.Unstructured{}
 			u.SetAPIVersion("v1")
 			u.SetKind("ConfigMap")
 			u.SetNamespace(ns)
 			u.SetName(name)
-			u.SetLabels(map[string]string{gitopsv1alpha1.SyncNameLabel: "app", gitopsv1alpha1.SyncNamespaceLabel: ns})
+			u.SetLabels(map[string]string{gitopsv1alpha1.SyncNameLabel: sync, gitopsv1alpha1.SyncNamespaceLabel: ns})
 			u.SetAnnotations(annotations)
 			g.Expect(env.Client.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(manager), client.ForceOwnership)).To(Succeed())
 		}
-		leave("leaked-1", "converge-sync", nil)
-		leave("leaked-2", "converge-sync", nil)
-		leave("foreign", "someone-else", nil)
-		leave("opted-out", "converge-sync", map[string]string{gitopsv1alpha1.PruneAnnotation: gitopsv1alpha1.PruneDisabled})
+		leave("app", "leaked-1", "converge-sync", nil)
+		leave("app", "leaked-2", "converge-sync", nil)
+		leave("app", "foreign", "someone-else", nil)
+		leave("app", "opted-out", "converge-sync", map[string]string{gitopsv1alpha1.PruneAnnotation: gitopsv1alpha1.PruneDisabled})
+		leave("fresh", "orphan", "converge-sync", nil)
 
-		g.Expect(env.Client.Create(t.Context(), m.sync(ns, "app", "app"))).To(Succeed())
+		// A new Sync: applies its own, deletes nothing else.
+		g.Expect(env.Client.Create(t.Context(), m.sync(ns, "fresh", "fresh"))).To(Succeed())
+		fresh := waitApplied(t, g, ns, "fresh", h1)
+		g.Expect(inventoryNames(fresh)).To(ConsistOf("ConfigMap/new"))
+		g.Expect(fresh.Status.PendingPrune).To(BeNil())
+		_, err := getCM(t, ns, "orphan")
+		g.Expect(err).NotTo(HaveOccurred(), "a new Sync deleted an object it never applied")
+
+		// The Sync as the broken release left it: a revision applied, the
+		// leaked objects dropped from its inventory. It is created
+		// suspended, given that status, then resumed.
+		sy := m.sync(ns, "app", "app")
+		sy.Spec.Suspend = true
+		g.Expect(env.Client.Create(t.Context(), sy)).To(Succeed())
+		testenv.Eventually(g, func(g Gomega) {
+			g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(sy), sy)).To(Succeed())
+			g.Expect(sy.Status.ObservedGeneration).To(Equal(sy.Generation))
+		}).Should(Succeed())
+		base := sy.DeepCopy()
+		sy.Status.LastAppliedRevision = "main@sha1:" + strings.Repeat("0", 40)
+		sy.Status.Inventory = []gitopsv1alpha1.ObjectRef{{Version: "v1", Kind: "ConfigMap", Namespace: ns, Name: "kept"}}
+		g.Expect(env.Client.Status().Patch(t.Context(), sy, client.MergeFrom(base))).To(Succeed())
+		base = sy.DeepCopy()
+		sy.Spec.Suspend = false
+		g.Expect(env.Client.Patch(t.Context(), sy, client.MergeFrom(base))).To(Succeed())
 		// Two leaked of three entries is over the default 50%: held
 		// until approved, as any mass prune.
 		waitReason(t, g, ns, "app", gitopsv1alpha1.PruneLimitExceededReason, "held for approval")
