@@ -160,7 +160,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 	_, url := serve(t, env.Config, ns, "certificate/web")
 
 	actx, acancel := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true))...)
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1100, 560))...)
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	defer bcancel()
@@ -187,6 +187,23 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 		}
 		return v
 	}
+	// CONVERGE_UI_SCREENSHOTS=DIR keeps pictures of the page (docs/why.md).
+	shot := func(name string) {
+		t.Helper()
+		dir := os.Getenv("CONVERGE_UI_SCREENSHOTS")
+		if dir == "" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			dump(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil { //nolint:gosec // a picture for the docs
+			t.Fatal(err)
+		}
+	}
 	// The first action starts the browser: no timeout on it.
 	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
 		t.Fatalf("starting %s: %v", exe, err)
@@ -209,6 +226,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 	g.Expect(cause).To(ContainSubstring("Root cause: Secret/ca-key-pair in " + ns + " is NotFound"))
 	g.Expect(cause).To(ContainSubstring("kubectl -n " + ns + " create secret generic ca-key-pair"))
 	g.Expect(value(chromedp.Text(`li.node[data-kind="Issuer"][data-name="ca"] > .row .reason`))).To(Equal("CASecretInvalid"))
+	shot("ui-root-cause.png")
 	ctx, cancel = context.WithTimeout(bctx, 10*time.Second)
 	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`window.notReloaded = true`))
 	cancel()
@@ -234,6 +252,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 		r, err := chromedp.AttributeValue(`li.node[data-kind="Secret"][data-name="ca-key-pair"]`, "data-status")(ctx, tg)
 		return r.Value, err
 	})
+	shot("ui-current.png")
 	g.Expect(notReloaded).To(BeTrue(), "the page was updated in place, not reloaded")
 	g.Expect(ok).To(ContainSubstring("Everything here is Current."))
 	g.Expect(secretStatus).To(Equal("Current"))

@@ -27,10 +27,12 @@ type rootView struct {
 // nodeView is one node as the page shows it. An object reached twice is
 // shown in full once; after that, Again is set and its children left out.
 type nodeView struct {
-	Key             string
-	Why             string
-	Kind, Name      string
-	Namespace       string
+	Key        string
+	Why        string
+	Kind, Name string
+	Namespace  string
+	// OtherNS is set when the object is not in the root's namespace.
+	OtherNS         bool
 	Status          graph.Status
 	Reason, Message string
 	Events          []eventView
@@ -67,7 +69,7 @@ func view(graphs []*graph.Graph, err error, _ time.Time) graphView {
 		var rec func(n *graph.Node, why string) *nodeView
 		rec = func(n *graph.Node, why string) *nodeView {
 			nv := &nodeView{Key: key(n.Ref), Why: why, Kind: n.Ref.Kind, Name: n.Ref.Name, Namespace: n.Ref.Namespace,
-				Status: n.Status, Reason: n.Reason, Message: n.Message,
+				OtherNS: n.Ref.Namespace != g.Root.Ref.Namespace, Status: n.Status, Reason: n.Reason, Message: n.Message,
 				OnPath: onPath[n], Cause: n == cause, Again: seen[n]}
 			if nv.Again {
 				nv.Cause = false
