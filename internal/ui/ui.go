@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +75,8 @@ type Server struct {
 	c      client.Client
 	target *graph.Ref
 	w      *watcher
+	// hidden are the kinds (namespace mode) the caller may not list.
+	hidden []string
 
 	mu      sync.Mutex
 	current []byte // the latest rendering of the graph
@@ -306,12 +309,15 @@ func writeEvent(w io.Writer, name, id string, data []byte) error {
 // rebuild reads the graph(s), renders them, updates the watches to the kinds
 // they reach, and notifies the streams when the rendering changed.
 func (s *Server) rebuild(ctx context.Context) {
+	s.hidden = nil
 	graphs, err := s.graphs(ctx)
 	if ctx.Err() != nil {
 		return
 	}
+	v := view(graphs, err)
+	v.Hidden = s.hidden
 	var b bytes.Buffer
-	if err := page.ExecuteTemplate(&b, "graph", view(graphs, err, time.Now())); err != nil {
+	if err := page.ExecuteTemplate(&b, "graph", v); err != nil {
 		b.Reset()
 		template.HTMLEscape(&b, []byte("rendering the graph: "+err.Error()))
 	}
@@ -344,10 +350,7 @@ func (s *Server) graphs(ctx context.Context) ([]*graph.Graph, error) {
 	}
 	var refs []graph.Ref
 	var forbidden []string
-	for _, k := range graph.Kinds {
-		if !strings.HasSuffix(k.GVK.Group, "converge.dev") {
-			continue
-		}
+	for _, k := range s.namespacedKinds() {
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
 		if err := s.c.List(ctx, l, client.InNamespace(s.o.Namespace)); err != nil {
@@ -357,15 +360,13 @@ func (s *Server) graphs(ctx context.Context) ([]*graph.Graph, error) {
 			continue
 		}
 		for _, u := range l.Items {
-			if u.GetNamespace() == "" {
-				continue // a cluster-scoped kind: not of this namespace
-			}
 			refs = append(refs, graph.Ref{Group: k.GVK.Group, Version: k.GVK.Version, Kind: k.GVK.Kind, Namespace: u.GetNamespace(), Name: u.GetName()})
 		}
 	}
 	if len(refs) == 0 && len(forbidden) > 0 {
 		return nil, &forbiddenError{ns: s.o.Namespace, kinds: forbidden}
 	}
+	s.hidden = forbidden
 	reached := map[string]bool{}
 	var out []*graph.Graph
 	for _, r := range refs {
@@ -391,6 +392,23 @@ func (s *Server) graphs(ctx context.Context) ([]*graph.Graph, error) {
 		}
 	}
 	return kept, nil
+}
+
+// namespacedKinds are the namespaced Converge kinds of the graph's table
+// that the API server serves.
+func (s *Server) namespacedKinds() []graph.Kind {
+	var out []graph.Kind
+	for _, k := range graph.Kinds {
+		if !strings.HasSuffix(k.GVK.Group, "converge.dev") {
+			continue
+		}
+		m, err := s.c.RESTMapper().RESTMapping(k.GVK.GroupKind(), k.GVK.Version)
+		if err != nil || m.Scope.Name() != meta.RESTScopeNameNamespace {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 type forbiddenError struct {
@@ -427,10 +445,8 @@ func walk(n *graph.Node, f func(*graph.Node)) {
 func (s *Server) scopes(graphs []*graph.Graph) []scope {
 	set := map[scope]bool{}
 	if s.target == nil {
-		for _, k := range graph.Kinds {
-			if strings.HasSuffix(k.GVK.Group, "converge.dev") {
-				set[scope{gvk: k.GVK, ns: s.o.Namespace}] = true
-			}
+		for _, k := range s.namespacedKinds() {
+			set[scope{gvk: k.GVK, ns: s.o.Namespace}] = true
 		}
 	} else {
 		t := *s.target

@@ -200,7 +200,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 		if err != nil {
 			dump(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil { //nolint:gosec // a picture for the docs
+		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -331,6 +331,7 @@ spec: {secretName: sp-tls, dnsNames: [sp.example.com], issuerRef: {name: theirs}
 	g.Expect(body).To(ContainSubstring(`data-kind="Issuer" data-name="mine"`))
 	g.Expect(body).NotTo(ContainSubstring("theirs"))
 	g.Expect(body).NotTo(ContainSubstring("secret-project"))
+	g.Expect(body).NotTo(ContainSubstring("you may not list Converge objects"))
 
 	_, url = serve(t, tenant, other, "")
 	code, body = get(t, url)

@@ -15,6 +15,8 @@ type graphView struct {
 	Roots []rootView
 	// Truncated is set when a graph was cut at its size limit.
 	Truncated bool
+	// Hidden are the kinds of the namespace the caller may not list.
+	Hidden []string
 }
 
 type rootView struct {
@@ -49,7 +51,7 @@ func isForbidden(err error) bool { return apierrors.IsForbidden(err) }
 
 // view turns graphs into what the template shows, marking each graph's
 // root-cause path.
-func view(graphs []*graph.Graph, err error, _ time.Time) graphView {
+func view(graphs []*graph.Graph, err error) graphView {
 	var v graphView
 	if err != nil {
 		v.Error = err.Error()
