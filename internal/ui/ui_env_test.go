@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 	"github.com/converge-dev/converge/internal/ui"
@@ -347,4 +349,48 @@ spec: {secretName: sp-tls, dnsNames: [sp.example.com], issuerRef: {name: theirs}
 	g.Expect(body).NotTo(ContainSubstring("theirs"), "nothing behind a Forbidden object is read")
 	g.Expect(body).NotTo(ContainSubstring(">Current<"))
 	g.Expect(body).To(ContainSubstring(fmt.Sprintf("kubectl auth can-i get certificates.pki.converge.dev secret-project -n %s", other)))
+}
+
+// TestConvergeUIVerb runs the built binary as a person does: it prints the
+// page's URL (with the token), serves the object's graph with the
+// kubeconfig's identity, refuses a non-loopback --address, and stops on
+// SIGINT.
+func TestConvergeUIVerb(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	apply(t, ns, `
+apiVersion: pki.converge.dev/v1alpha1
+kind: Issuer
+metadata: {name: self}
+spec: {selfSigned: {}}
+`)
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	exe, err := replicas.Build(t.Context(), root, t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	out, err := exec.Command(exe, "ui", "issuer/self", "-n", ns, "--kubeconfig", env.KubeconfigPath, "--address", "0.0.0.0:0").CombinedOutput()
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(string(out)).To(ContainSubstring("loopback only"))
+
+	cmd := exec.Command(exe, "ui", "issuer/self", "-n", ns, "--kubeconfig", env.KubeconfigPath)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	stdout, err := cmd.StdoutPipe()
+	g.Expect(err).NotTo(HaveOccurred())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	g.Expect(err).NotTo(HaveOccurred(), stderr.String())
+	g.Expect(line).To(MatchRegexp(`^converge ui: open http://127\.0\.0\.1:\d+/\?token=[0-9a-f]{48}\n$`))
+	url := strings.TrimSuffix(strings.TrimPrefix(line, "converge ui: open "), "\n")
+	code, body := get(t, url)
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(body).To(ContainSubstring(`data-kind="Issuer" data-name="self"`))
+	code, _ = get(t, strings.Split(url, "?")[0])
+	g.Expect(code).To(Equal(http.StatusForbidden))
+	g.Expect(cmd.Process.Signal(os.Interrupt)).To(Succeed())
+	g.Expect(cmd.Wait()).To(Succeed(), stderr.String())
 }
