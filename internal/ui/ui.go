@@ -152,7 +152,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.rebuild(ctx)
-	go s.loop(ctx)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		s.loop(ctx)
+	}()
+	// The watches stop once the loop, which starts them, has ended.
+	defer func() {
+		cancel()
+		<-loopDone
+		s.w.stop()
+	}()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
@@ -162,10 +172,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
-		s.w.stop()
 		return nil
 	case err := <-errc:
-		s.w.stop()
 		return err
 	}
 }
