@@ -51,6 +51,6 @@ cluster -> outside world (databases and other external systems).
 		newRolloutCommand(g), newReconcileCommand(g), newSyncCommand(g), newDiffCommand(g), newAgentCommand(g),
 		newMachineCommand(g), newUpgradeCommand(g))
 	root.AddCommand(newCertCommand(g))
-	root.AddCommand(newTreeCommand(g), newWhyCommand(g))
+	root.AddCommand(newTreeCommand(g), newWhyCommand(g), newUICommand(g))
 	return root
 }
