@@ -207,7 +207,7 @@ func TestPoolAssignmentsAreBounded(t *testing.T) {
 				s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: j.tn.NS, Name: fmt.Sprintf("s%d", j.i),
 					Annotations: map[string]string{lbv1alpha1.AllowSharedIPAnnotation: "k"}},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
-						Ports: []corev1.ServicePort{{Name: "p", Protocol: corev1.ProtocolTCP, Port: int32(1000 + j.i)}}}} //nolint:gosec // < 256
+						Ports: []corev1.ServicePort{{Name: "p", Protocol: corev1.ProtocolTCP, Port: int32(1000 + j.i)}}}}
 				errs <- j.tn.Client.Create(ctx, s)
 			}
 		}()

@@ -41,7 +41,7 @@ func service(ns, name, key string, first, n int) *corev1.Service {
 		s.Annotations = map[string]string{lbv1alpha1.AllowSharedIPAnnotation: key}
 	}
 	for i := range n {
-		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(first + i)}) //nolint:gosec // small
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(first + i)})
 	}
 	return s
 }
