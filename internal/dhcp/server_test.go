@@ -303,7 +303,10 @@ func TestDhclient(t *testing.T) {
 	if _, _, err := c.WaitEvent(ctx, 0, 30*time.Second, "BOUND", "REBOOT"); err != nil {
 		t.Fatal(err)
 	}
-	lease := c.LeaseFileText()
+	lease, err := c.WaitLeaseFile(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		"fixed-address 10.66.0.100;", "option subnet-mask 255.255.255.0;", "option routers 10.66.0.1;",
 		"option domain-name-servers 10.66.0.53,10.66.0.54;", `option domain-name "lab.example";`,

@@ -290,8 +290,29 @@ func (c *Client) WaitEvent(ctx context.Context, skip int, timeout time.Duration,
 	}
 }
 
-// LeaseFileText is dhclient's lease file.
+// LeaseFileText is dhclient's lease file as it is now.
 func (c *Client) LeaseFileText() string {
 	b, _ := os.ReadFile(c.LeaseFile)
 	return string(b)
+}
+
+// WaitLeaseFile waits until dhclient's lease file holds a complete lease
+// block and returns its text. dhclient runs its script (BOUND) before it
+// writes the lease, so the file can still be empty when the event is seen.
+func (c *Client) WaitLeaseFile(ctx context.Context, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		text := c.LeaseFileText()
+		if i := strings.Index(text, "lease {"); i >= 0 && strings.Contains(text[i:], "\n}") {
+			return text, nil
+		}
+		if time.Now().After(deadline) {
+			return text, fmt.Errorf("dhclient wrote no complete lease to %s within %s", c.LeaseFile, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return text, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
