@@ -137,37 +137,29 @@ func (b *Builder) newWalk() *walk {
 // Down builds the graph below root: what it applies, owns and needs, and so
 // on down.
 func (b *Builder) Down(ctx context.Context, root Ref) (*Graph, error) {
-	w := b.newWalk()
-	r := w.node(ctx, root)
-	queue := []*Node{r}
-	for len(queue) > 0 {
-		n := queue[0]
-		queue = queue[1:]
-		for _, l := range w.below(ctx, n) {
-			if _, seen := w.nodes[w.canon(ctx, l.To).key()]; !seen && len(w.nodes) >= b.MaxNodes {
-				w.truncated = true
-				continue
-			}
-			c, fresh := w.get(ctx, l.To)
-			n.Edges = append(n.Edges, Edge{Why: l.Why, Node: c})
-			if fresh {
-				queue = append(queue, c)
-			}
-		}
-	}
-	return &Graph{Root: r, Truncated: w.truncated}, ctx.Err()
+	return b.build(ctx, root, false)
 }
 
 // Up builds the graph above root: what applies, owns and needs it, and so
 // on up. Objects needing it are found in its namespace.
 func (b *Builder) Up(ctx context.Context, root Ref) (*Graph, error) {
+	return b.build(ctx, root, true)
+}
+
+// build walks breadth-first from root, below it or (up) above it, until
+// MaxNodes objects are held.
+func (b *Builder) build(ctx context.Context, root Ref, up bool) (*Graph, error) {
 	w := b.newWalk()
+	next := w.below
+	if up {
+		next = w.above
+	}
 	r := w.node(ctx, root)
 	queue := []*Node{r}
 	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
-		for _, l := range w.above(ctx, n) {
+		for _, l := range next(ctx, n) {
 			if _, seen := w.nodes[w.canon(ctx, l.To).key()]; !seen && len(w.nodes) >= b.MaxNodes {
 				w.truncated = true
 				continue
@@ -179,7 +171,7 @@ func (b *Builder) Up(ctx context.Context, root Ref) (*Graph, error) {
 			}
 		}
 	}
-	return &Graph{Root: r, Up: true, Truncated: w.truncated}, ctx.Err()
+	return &Graph{Root: r, Up: up, Truncated: w.truncated}, ctx.Err()
 }
 
 // canon fills a reference's version from the RESTMapper when missing and

@@ -43,15 +43,6 @@ func TestMain(m *testing.M) {
 	}}, &env))
 }
 
-func apply(t *testing.T, ns, manifest string) {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
-}
-
 // serve starts a page for target (KIND/NAME, or "" for the namespace) with
 // the identity of cfg, until the test ends; it returns the page's URL.
 func serve(t *testing.T, cfg *rest.Config, ns, target string) (*ui.Server, string) {
@@ -138,6 +129,18 @@ func caSecret(t *testing.T, ns, name string) *corev1.Secret {
 		}}
 }
 
+// within runs a in the browser of bctx for at most d; a failure goes to
+// fail (which ends the test with the page's HTML).
+func within[T any](bctx context.Context, d time.Duration, fail func(error), a chromedp.Action[T]) T {
+	ctx, cancel := context.WithTimeout(bctx, d)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		fail(err)
+	}
+	return v
+}
+
 // TestPageShowsRootCauseAndUpdatesLive drives the page in a real headless
 // browser: a Certificate whose CA Issuer's Secret is missing renders as a
 // graph with the Secret highlighted as the root cause on the path
@@ -148,7 +151,7 @@ func TestPageShowsRootCauseAndUpdatesLive(t *testing.T) {
 	exe := chromium(t)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	apply(t, ns, `
+	env.KubectlApply(t, ns, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: ca}
@@ -181,13 +184,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 	}
 	value := func(a chromedp.Action[string]) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-		defer cancel()
-		v, err := chromedp.Run(ctx, a)
-		if err != nil {
-			dump(err)
-		}
-		return v
+		return within(bctx, 10*time.Second, dump, a)
 	}
 	// CONVERGE_UI_SCREENSHOTS=DIR keeps pictures of the page (docs/why.md).
 	shot := func(name string) {
@@ -196,12 +193,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 		if dir == "" {
 			return
 		}
-		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-		defer cancel()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			dump(err)
-		}
+		png := within(bctx, 10*time.Second, dump, chromedp.FullScreenshot(100))
 		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -217,31 +209,16 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 		chromedp.WaitVisible(`#live[data-state="live"]`),
 		chromedp.WaitVisible(`li.node[data-kind="Certificate"][data-name="web"]`),
 		chromedp.WaitVisible(`li.node.root-cause[data-kind="Secret"][data-name="ca-key-pair"][data-status="NotFound"]`))
-	ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-	path, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('li.node.on-path')).map(e => e.dataset.kind + '/' + e.dataset.name)`))
-	cancel()
-	if err != nil {
-		dump(err)
-	}
+	path := within(bctx, 10*time.Second, dump, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('li.node.on-path')).map(e => e.dataset.kind + '/' + e.dataset.name)`))
 	g.Expect(path).To(Equal([]string{"Certificate/web", "Issuer/ca", "Secret/ca-key-pair"}))
 	cause := value(chromedp.Text(`.cause`))
 	g.Expect(cause).To(ContainSubstring("Root cause: Secret/ca-key-pair in " + ns + " is NotFound"))
 	g.Expect(cause).To(ContainSubstring("kubectl -n " + ns + " create secret generic ca-key-pair"))
 	// The Issuer's own reason arrives when its controller has looked (the
 	// Secret is the root cause even before).
-	ctx, cancel = context.WithTimeout(bctx, 60*time.Second)
-	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`(document.querySelector('li.node[data-kind="Issuer"][data-name="ca"] > .row .reason') || {}).textContent === 'CASecretInvalid'`))
-	cancel()
-	if err != nil {
-		dump(err)
-	}
+	within(bctx, 60*time.Second, dump, chromedp.Poll[bool](`(document.querySelector('li.node[data-kind="Issuer"][data-name="ca"] > .row .reason') || {}).textContent === 'CASecretInvalid'`))
 	shot("ui-root-cause.png")
-	ctx, cancel = context.WithTimeout(bctx, 10*time.Second)
-	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`window.notReloaded = true`))
-	cancel()
-	if err != nil {
-		dump(err)
-	}
+	within(bctx, 10*time.Second, dump, chromedp.Evaluate[bool](`window.notReloaded = true`))
 
 	// The cause is fixed: the page follows without a reload.
 	created := time.Now()
@@ -250,12 +227,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 		chromedp.WaitVisible(`#graph > section.root > ul.tree > li.node[data-kind="Certificate"][data-name="web"][data-status="Current"]`),
 		chromedp.WaitNotPresent(`li.node.root-cause`))
 	t.Logf("page showed the Certificate Current %s after the Secret was created", time.Since(created).Round(time.Millisecond))
-	ctx, cancel = context.WithTimeout(bctx, 10*time.Second)
-	notReloaded, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.notReloaded === true`))
-	cancel()
-	if err != nil {
-		dump(err)
-	}
+	notReloaded := within(bctx, 10*time.Second, dump, chromedp.Evaluate[bool](`window.notReloaded === true`))
 	ok := value(chromedp.Text(`.ok`))
 	secretStatus := value(func(ctx context.Context, tg *chromedp.Target) (string, error) {
 		r, err := chromedp.AttributeValue(`li.node[data-kind="Secret"][data-name="ca-key-pair"]`, "data-status")(ctx, tg)
@@ -273,7 +245,7 @@ func TestPageNeedsTheToken(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	apply(t, ns, `
+	env.KubectlApply(t, ns, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: self}
@@ -306,13 +278,13 @@ func TestPageAsTenantSeesOnlyItsNamespace(t *testing.T) {
 	mine := env.NewNamespace(t)
 	other := env.NewNamespace(t)
 	user := env.GrantTenant(t, mine, "tenant")
-	apply(t, mine, `
+	env.KubectlApply(t, mine, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: mine}
 spec: {selfSigned: {}}
 `)
-	apply(t, other, `
+	env.KubectlApply(t, other, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: theirs}
@@ -366,7 +338,7 @@ func TestConvergeUIVerb(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	apply(t, ns, `
+	env.KubectlApply(t, ns, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: self}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -75,15 +74,6 @@ func cv(t *testing.T, kc, ns string, args ...string) (string, int) {
 	return "", -1
 }
 
-func apply(t *testing.T, ns, manifest string) {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
-}
-
 // TestWhyDatabaseNamesTheMissingAdminSecret: a Database on a PostgresInstance
 // whose admin Secret does not exist. why on the Database names the Secret as
 // the root cause (through the instance, AdminSecretInvalid) and exits 2;
@@ -96,7 +86,7 @@ func TestWhyDatabaseNamesTheMissingAdminSecret(t *testing.T) {
 	ns := env.NewNamespace(t)
 	port, err := testenv.FreePort()
 	g.Expect(err).NotTo(HaveOccurred())
-	apply(t, ns, fmt.Sprintf(`
+	env.KubectlApply(t, ns, fmt.Sprintf(`
 apiVersion: sql.converge.dev/v1alpha1
 kind: PostgresInstance
 metadata: {name: pg}
@@ -161,7 +151,7 @@ spec:
 	// A Sync (no Sync controller runs here: the test writes the inventory
 	// the controller would) applies the Database: tree follows the
 	// inventory down and the Sync labels up.
-	apply(t, ns, `
+	env.KubectlApply(t, ns, `
 apiVersion: gitops.converge.dev/v1alpha1
 kind: Sync
 metadata: {name: app}
@@ -210,7 +200,7 @@ func TestWhyCertificateNamesTheMissingCASecret(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	apply(t, ns, `
+	env.KubectlApply(t, ns, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: ca}
@@ -267,7 +257,7 @@ func TestWhyAsTenantSeesForbiddenNotTheOtherNamespace(t *testing.T) {
 	ns := env.NewNamespace(t)
 	user := env.GrantTenant(t, ns, "tenant")
 	issuer := "why-" + ns
-	apply(t, ns, fmt.Sprintf(`
+	env.KubectlApply(t, ns, fmt.Sprintf(`
 apiVersion: pki.converge.dev/v1alpha1
 kind: ClusterIssuer
 metadata: {name: %[1]s}
@@ -311,7 +301,7 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: %[1]s
 
 	// Another namespace's object is Forbidden as the root itself.
 	other := env.NewNamespace(t)
-	apply(t, other, `
+	env.KubectlApply(t, other, `
 apiVersion: pki.converge.dev/v1alpha1
 kind: Issuer
 metadata: {name: theirs}
