@@ -26,8 +26,8 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/git"
+	gitopsspec "github.com/converge-dev/converge/internal/gitops/spec"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
-	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
 )
 
 // scope holds what one reconciliation observed.
@@ -54,7 +54,7 @@ func (s *scope) fail(reason string, stalled bool, format string, args ...any) {
 func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result, error) {
 	repo := s.repo
 	spec := repo.Spec
-	if errs := webhookgitops.ValidateGitRepositorySpec(&spec, field.NewPath("spec")); len(errs) > 0 {
+	if errs := gitopsspec.ValidateGitRepositorySpec(&spec, field.NewPath("spec")); len(errs) > 0 {
 		s.fail(gitopsv1alpha1.InvalidSpecReason, true, "%s", errs.ToAggregate().Error())
 		return ctrl.Result{}, reconcile.TerminalError(errs.ToAggregate())
 	}
@@ -65,15 +65,15 @@ func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result,
 	if v, ok := repo.Annotations[gitopsv1alpha1.ReconcileRequestAnnotation]; ok {
 		repo.Status.LastHandledReconcileAt = v
 	}
-	interval := durationOr(spec.Interval, webhookgitops.DefaultGitRepoInterval)
-	timeout := durationOr(spec.Timeout, webhookgitops.DefaultGitRepoTimeout)
+	interval := durationOr(spec.Interval, gitopsspec.DefaultGitRepoInterval)
+	timeout := durationOr(spec.Timeout, gitopsspec.DefaultGitRepoTimeout)
 
 	creds, err := r.credentials(ctx, repo)
 	if err != nil {
 		s.fail(gitopsv1alpha1.AuthenticationFailedReason, false, "%v", err)
 		return ctrl.Result{RequeueAfter: interval}, nil
 	}
-	ref := git.Ref{Branch: webhookgitops.DefaultBranch}
+	ref := git.Ref{Branch: gitopsspec.DefaultBranch}
 	if spec.Ref != nil && *spec.Ref != (gitopsv1alpha1.GitRepositoryRef{}) {
 		ref = git.Ref{Branch: spec.Ref.Branch, Tag: spec.Ref.Tag, SemVer: spec.Ref.SemVer, Commit: spec.Ref.Commit}
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/converge-dev/converge/internal/expr"
 	"github.com/converge-dev/converge/internal/gitops/placement"
 	"github.com/converge-dev/converge/internal/gitops/render"
-	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
+	gitopsspec "github.com/converge-dev/converge/internal/gitops/spec"
 )
 
 // dependencyRequeue is how often a Sync waiting on a non-Sync dependency
@@ -73,14 +73,14 @@ func (s *scope) interval() time.Duration {
 	if i := s.sync.Spec.Interval; i != nil && i.Duration > 0 {
 		return i.Duration
 	}
-	return webhookgitops.DefaultSyncInterval
+	return gitopsspec.DefaultSyncInterval
 }
 
 func (s *scope) timeout() time.Duration {
 	if t := s.sync.Spec.Timeout; t != nil && t.Duration > 0 {
 		return t.Duration
 	}
-	return webhookgitops.DefaultSyncTimeout
+	return gitopsspec.DefaultSyncTimeout
 }
 
 func sourceKey(s *gitopsv1alpha1.Sync) types.NamespacedName {
@@ -106,8 +106,8 @@ func dependencyKey(s *gitopsv1alpha1.Sync, d gitopsv1alpha1.Dependency) types.Na
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	sy := s.sync
-	webhookgitops.DefaultSync(sy) // in memory only: objects stored before the webhook behave the same
-	if errs := webhookgitops.ValidateSyncSpec(sy, field.NewPath("spec")); len(errs) > 0 {
+	gitopsspec.DefaultSync(sy) // in memory only: objects stored before the webhook behave the same
+	if errs := gitopsspec.ValidateSyncSpec(sy, field.NewPath("spec")); len(errs) > 0 {
 		s.fail(gitopsv1alpha1.InvalidSpecReason, true, "%s", errs.ToAggregate().Error())
 		return ctrl.Result{}, reconcile.TerminalError(errs.ToAggregate())
 	}
@@ -121,7 +121,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	c, err := r.clientFor(sy)
 	if errors.Is(err, errNoIdentity) {
 		s.fail(gitopsv1alpha1.ServiceAccountRequiredReason, true, "spec.serviceAccountName: %s",
-			webhookgitops.ServiceAccountRequiredMessage(sy.Namespace))
+			gitopsspec.ServiceAccountRequiredMessage(sy.Namespace))
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
-	webhookgitops "github.com/converge-dev/converge/internal/webhook/gitops"
+	gitopsspec "github.com/converge-dev/converge/internal/gitops/spec"
 )
 
 // prune runs after a fully successful apply. It deletes inventory objects
@@ -67,7 +67,7 @@ func (r *Reconciler) prune(ctx context.Context, s *scope, c client.Client, desir
 	if err != nil {
 		return err
 	}
-	limit, err := webhookgitops.ResolvePruneLimit(sy.Spec.PruneLimit, total)
+	limit, err := gitopsspec.ResolvePruneLimit(sy.Spec.PruneLimit, total)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/spec"
 )
 
 // TestGitRepositoryDefaults: only what is unset is defaulted; a ref that
@@ -20,13 +21,13 @@ func TestGitRepositoryDefaults(t *testing.T) {
 	g := NewWithT(t)
 	r := &gitopsv1alpha1.GitRepository{}
 	g.Expect(GitRepository{}.Default(context.Background(), r)).To(Succeed())
-	g.Expect(r.Spec.Ref).To(Equal(&gitopsv1alpha1.GitRepositoryRef{Branch: DefaultBranch}))
-	g.Expect(r.Spec.Interval.Duration).To(Equal(DefaultGitRepoInterval))
-	g.Expect(r.Spec.Timeout.Duration).To(Equal(DefaultGitRepoTimeout))
+	g.Expect(r.Spec.Ref).To(Equal(&gitopsv1alpha1.GitRepositoryRef{Branch: spec.DefaultBranch}))
+	g.Expect(r.Spec.Interval.Duration).To(Equal(spec.DefaultGitRepoInterval))
+	g.Expect(r.Spec.Timeout.Duration).To(Equal(spec.DefaultGitRepoTimeout))
 
 	r = &gitopsv1alpha1.GitRepository{Spec: gitopsv1alpha1.GitRepositorySpec{Ref: &gitopsv1alpha1.GitRepositoryRef{}}}
 	g.Expect(GitRepository{}.Default(context.Background(), r)).To(Succeed())
-	g.Expect(r.Spec.Ref.Branch).To(Equal(DefaultBranch), "an empty ref is no ref")
+	g.Expect(r.Spec.Ref.Branch).To(Equal(spec.DefaultBranch), "an empty ref is no ref")
 
 	set := gitopsv1alpha1.GitRepositorySpec{
 		Ref:      &gitopsv1alpha1.GitRepositoryRef{Tag: "v1.2.3"},
@@ -47,11 +48,11 @@ func TestSyncDefaults(t *testing.T) {
 		{APIVersion: "v1", Name: "b"},
 		{Kind: "ConfigMap", Name: "c"},
 	}}}
-	DefaultSync(s)
+	spec.DefaultSync(s)
 	g.Expect(s.Spec.SourceRef.Kind).To(Equal(gitRepositoryKind))
-	g.Expect(s.Spec.Interval.Duration).To(Equal(DefaultSyncInterval))
-	g.Expect(s.Spec.Timeout.Duration).To(Equal(DefaultSyncTimeout))
-	g.Expect(s.Spec.PruneLimit.String()).To(Equal(DefaultPruneLimit))
+	g.Expect(s.Spec.Interval.Duration).To(Equal(spec.DefaultSyncInterval))
+	g.Expect(s.Spec.Timeout.Duration).To(Equal(spec.DefaultSyncTimeout))
+	g.Expect(s.Spec.PruneLimit.String()).To(Equal(spec.DefaultPruneLimit))
 	g.Expect(s.Spec.DriftPolicy).To(Equal(gitopsv1alpha1.DriftPolicyCorrect))
 	g.Expect(s.Spec.DependsOn[0].APIVersion).To(Equal(gitopsv1alpha1.GroupVersion.String()))
 	g.Expect(s.Spec.DependsOn[0].Kind).To(Equal(syncKind))
@@ -67,7 +68,7 @@ func TestSyncDefaults(t *testing.T) {
 		DriftPolicy: gitopsv1alpha1.DriftPolicy("Report"),
 	}
 	s = &gitopsv1alpha1.Sync{Spec: *set.DeepCopy()}
-	DefaultSync(s)
+	spec.DefaultSync(s)
 	g.Expect(s.Spec).To(Equal(set), "nothing the user set is overwritten")
 }
 
@@ -77,7 +78,7 @@ func TestSyncSelfDependency(t *testing.T) {
 	self := func(d gitopsv1alpha1.Dependency) field.ErrorList {
 		s := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "app"},
 			Spec: gitopsv1alpha1.SyncSpec{Prune: ptr.To(true), DependsOn: []gitopsv1alpha1.Dependency{d}}}
-		return ValidateSyncSpec(s, field.NewPath("spec"))
+		return spec.ValidateSyncSpec(s, field.NewPath("spec"))
 	}
 	gv := gitopsv1alpha1.GroupVersion.String()
 	cases := []struct {

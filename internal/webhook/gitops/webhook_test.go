@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/gitops/spec"
 )
 
 func TestValidateGitRepositorySpec(t *testing.T) {
@@ -44,7 +45,7 @@ func TestValidateGitRepositorySpec(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			err := invalid("GitRepository", "x", ValidateGitRepositorySpec(&tc.spec, field.NewPath("spec")))
+			err := invalid("GitRepository", "x", spec.ValidateGitRepositorySpec(&tc.spec, field.NewPath("spec")))
 			if tc.want == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -58,7 +59,7 @@ func TestValidateSyncSpec(t *testing.T) {
 	base := func(mut func(*gitopsv1alpha1.Sync)) *gitopsv1alpha1.Sync {
 		s := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "ns"},
 			Spec: gitopsv1alpha1.SyncSpec{SourceRef: gitopsv1alpha1.SourceReference{Name: "repo"}, Prune: ptr.To(true)}}
-		DefaultSync(s)
+		spec.DefaultSync(s)
 		if mut != nil {
 			mut(s)
 		}
@@ -86,7 +87,7 @@ func TestValidateSyncSpec(t *testing.T) {
 		}), want: "must return a bool"},
 		{name: "self dependency", s: base(func(s *gitopsv1alpha1.Sync) {
 			s.Spec.DependsOn = []gitopsv1alpha1.Dependency{{Name: "app"}}
-			DefaultSync(s)
+			spec.DefaultSync(s)
 		}), want: "cannot depend on itself"},
 		{name: "good CEL", s: base(func(s *gitopsv1alpha1.Sync) {
 			s.Spec.DependsOn = []gitopsv1alpha1.Dependency{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", Ready: `self.data.ready == "yes"`}}
@@ -95,7 +96,7 @@ func TestValidateSyncSpec(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			err := invalid("Sync", tc.s.Name, ValidateSyncSpec(tc.s, field.NewPath("spec")))
+			err := invalid("Sync", tc.s.Name, spec.ValidateSyncSpec(tc.s, field.NewPath("spec")))
 			if tc.want == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -108,14 +109,14 @@ func TestValidateSyncSpec(t *testing.T) {
 func TestResolvePruneLimit(t *testing.T) {
 	g := NewWithT(t)
 	v := intstr.FromString("50%")
-	n, err := ResolvePruneLimit(&v, 5)
+	n, err := spec.ResolvePruneLimit(&v, 5)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(Equal(2), "percentages round down")
-	n, err = ResolvePruneLimit(nil, 10)
+	n, err = spec.ResolvePruneLimit(nil, 10)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(Equal(5), "default 50%")
 	c := intstr.FromInt32(3)
-	n, err = ResolvePruneLimit(&c, 100)
+	n, err = spec.ResolvePruneLimit(&c, 100)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(Equal(3))
 }
@@ -126,7 +127,7 @@ func TestSyncWebhookLockdown(t *testing.T) {
 	g := NewWithT(t)
 	s := &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team-a"},
 		Spec: gitopsv1alpha1.SyncSpec{SourceRef: gitopsv1alpha1.SourceReference{Name: "repo"}, Prune: ptr.To(true)}}
-	DefaultSync(s)
+	spec.DefaultSync(s)
 
 	_, err := Sync{}.ValidateCreate(t.Context(), s)
 	g.Expect(err).NotTo(HaveOccurred(), "outside lockdown the manager's identity is allowed")
