@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -77,9 +78,15 @@ func (b *machineBackend) patch(ctx context.Context, body map[string]any, rv stri
 	if err != nil {
 		return err
 	}
+	_, err = b.patchMachine(ctx, raw)
+	return err
+}
+
+// patchMachine sends a merge patch and returns the Machine as written.
+func (b *machineBackend) patchMachine(ctx context.Context, raw []byte) (*machinev1alpha1.Machine, error) {
 	m := &machinev1alpha1.Machine{}
 	m.Namespace, m.Name = b.key.Namespace, b.key.Name
-	return b.srv.Client.Patch(ctx, m, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
+	return m, b.srv.Client.Patch(ctx, m, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
 }
 
 func (b *machineBackend) event(reason, action, note string) {
@@ -106,9 +113,15 @@ func (b *machineBackend) cycle(ctx context.Context) error {
 	if m.Status.PowerState != machinev1alpha1.PowerOn && m.EffectivePowerState() == machinev1alpha1.PowerOff {
 		return b.setPower(ctx, machinev1alpha1.PowerOn)
 	}
-	if err := b.setPower(ctx, machinev1alpha1.PowerOff); err != nil {
+	off, err := b.patchMachine(ctx, []byte(`{"spec":{"powerState":"Off"}}`))
+	if err != nil {
 		return err
 	}
+	// The cache may still hold the Machine as it was before this write:
+	// only a copy at or past it tells whether someone asked for another
+	// state since (a stale copy read as "someone asked for On" left the
+	// Machine off for good).
+	written, _ := strconv.ParseInt(off.ResourceVersion, 10, 64)
 	go func() {
 		ctx, cancel := context.WithTimeout(b.ctx, cycleTimeout)
 		defer cancel()
@@ -125,12 +138,17 @@ func (b *machineBackend) cycle(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
+			if rv, err := strconv.ParseInt(m.ResourceVersion, 10, 64); err == nil && rv < written {
+				continue // the cache has not shown the Off write yet
+			}
 			if m.EffectivePowerState() != machinev1alpha1.PowerOff {
 				return // someone else asked for another state meanwhile
 			}
 			if m.Status.PowerState == machinev1alpha1.PowerOff {
 				if err := b.setPower(ctx, machinev1alpha1.PowerOn); err != nil {
+					// Tried again at the next tick, until cycleTimeout.
 					b.srv.Log.Error(err, "Powering on after a power cycle", "Machine", b.key.String())
+					continue
 				}
 				return
 			}
