@@ -257,8 +257,19 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 			}
 		}
 	}
-	_, _ = fmt.Fprintf(out, "\nUse it from another terminal:\n  export KUBECONFIG=%s\n  %s get nodes\n  %s create deployment web --image=nginx --replicas=3\n\nStop with Ctrl-C; a later `converge up` keeps every object.\n",
-		kc, kubectl, kubectl)
+	converge := "converge"
+	if exe, err := os.Executable(); err == nil {
+		converge = exe
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+				converge = rel
+			}
+		}
+	}
+	_, _ = fmt.Fprintf(out, "\nUse it from another terminal:\n  export KUBECONFIG=%s\n  %s get nodes\n  %s create deployment web --image=nginx --replicas=3\n"+
+		"\nWhy is something not ready?\n  %s -n NAMESPACE why KIND/NAME\n  %s -n NAMESPACE ui [KIND/NAME]   (the same graph, live in a browser)\n"+
+		"\nStop with Ctrl-C; a later `converge up` keeps every object.\n",
+		kc, kubectl, kubectl, converge, converge)
 }
 
 // checkManagerPorts refuses to start when a port the manager will listen on

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -239,6 +240,24 @@ func TestUpLifecycle(t *testing.T) {
 		out, _ := e.kubectl(t, "get", "service", "lb", "-o", `jsonpath={.status.conditions[?(@.type=="LoadBalancerReady")].message}`)
 		return out
 	}).WithTimeout(60 * time.Second).Should(MatchRegexp(`address 127\.240\.0\.\d+ announced by node local, but the Service has no ready endpoints`))
+
+	// The "why" hint up prints runs as printed (the binary's path, -n,
+	// why KIND/NAME) against this platform.
+	var whyHint []string
+	for _, line := range strings.Split(p.output(), "\n") {
+		if f := strings.Fields(line); len(f) == 5 && f[1] == "-n" && f[3] == "why" {
+			whyHint = f
+		}
+	}
+	g.Expect(whyHint).NotTo(BeEmpty(), "up prints how to ask why:\n%s", p.output())
+	why := exec.Command(whyHint[0], "-n", "default", "why", "service/lb")
+	why.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(e.dataDir, "kubeconfig"))
+	whyOut, err := why.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil {
+		g.Expect(errors.As(err, &exit)).To(BeTrue(), "%s: %v", whyHint[0], err)
+	}
+	g.Expect(string(whyOut)).To(ContainSubstring("Service/lb"))
 
 	out, err = e.kubectl(t, "create", "configmap", "survivor", "--from-literal=k=v")
 	g.Expect(err).NotTo(HaveOccurred(), out)
