@@ -1,12 +1,6 @@
 package security
 
-import (
-	"bufio"
-	"bytes"
-	"strconv"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // apiRequests sums kube-apiserver's apiserver_request_total over the
 // requests on any of resources with any of verbs (GET, LIST, WATCH ...):
@@ -15,34 +9,5 @@ import (
 // unchanged.
 func apiRequests(t *testing.T, resources []string, verbs ...string) float64 {
 	t.Helper()
-	raw, err := env.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("reading the API server's metrics: %v", err)
-	}
-	var sum float64
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") || !labelIn(l, "resource", resources) || !labelIn(l, "verb", verbs) {
-			continue
-		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("parsing %q: %v", l, err)
-		}
-		sum += v
-	}
-	return sum
-}
-
-// labelIn says whether the metric line l has label name set to one of
-// values.
-func labelIn(l, name string, values []string) bool {
-	for _, v := range values {
-		if strings.Contains(l, name+`="`+v+`"`) {
-			return true
-		}
-	}
-	return false
+	return env.APIRequests(t, resources, verbs...)
 }

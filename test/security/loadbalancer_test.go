@@ -3,6 +3,7 @@ package security
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,4 +265,49 @@ func TestPoolAssignmentsAreBounded(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
 	g.Expect(pool.Status.Assignments).To(Equal(before), "the pool changed when a Service past its bound was refused")
+}
+
+// TestLongSharingKeyIsRefused: a tenant's allow-shared-ip value of 64 KiB
+// (the Service API takes it; a pool's status records 253 characters) gets
+// its Service no address: LoadBalancerReady False SharingKeyTooLong naming
+// the annotation, without the value, and a Warning Event, and the pool is
+// untouched. Before, every status patch with it failed and the Service was
+// retried for ever without a word. Another tenant of the same pool is
+// served as before.
+func TestLongSharingKeyIsRefused(t *testing.T) {
+	attacker, victim := newTenant(t), newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-key-" + attacker.NS},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.13.0/29"},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{attacker.NS, victim.NS}}}}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
+
+	key := strings.Repeat("k", 64*1024)
+	lbService(t, attacker, "long", 80, map[string]string{lbv1alpha1.AllowSharedIPAnnotation: key})
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Service{}
+		g.Expect(attacker.Client.Get(ctx, client.ObjectKey{Namespace: attacker.NS, Name: "long"}, s)).To(Succeed())
+		c := meta.FindStatusCondition(s.Status.Conditions, lbv1alpha1.LoadBalancerReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(lbv1alpha1.SharingKeyTooLongReason))
+		g.Expect(c.Message).To(And(ContainSubstring(lbv1alpha1.AllowSharedIPAnnotation), ContainSubstring("at most 253")))
+		g.Expect(len(c.Message)).To(BeNumerically("<", 512), "the condition repeats the tenant's value")
+		g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(attacker.NS))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", lbv1alpha1.SharingKeyTooLongReason),
+			HaveField("Type", corev1.EventTypeWarning), HaveField("Regarding.Name", "long"))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	lbService(t, victim, "web", 80, nil)
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Status.Assignments).To(ConsistOf(And(HaveField("Service.Namespace", victim.NS), HaveField("Service.Name", "web"))),
+			"the victim got no address, or the long key reached the pool")
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(lbReason(ctx, attacker, "long")).To(Equal(lbv1alpha1.SharingKeyTooLongReason))
 }

@@ -39,8 +39,10 @@ func chartDefaults(o *setup.Options) {
 	o.PKI.ACMEAllowedDirectories = append(slices.Clone(acme.DefaultAllowedDirectories), trap.AllowedPrefix())
 	// Below the chart's 512 (--lb-max-assignments-per-pool), so that
 	// TestPoolAssignmentsAreBounded fills a pool with 16 Services, not 512
-	// (six minutes: each pool change re-reads every holder). The one
-	// setting of the suite that is not the chart's.
+	// (six minutes when each pool change re-read every holder; the pool
+	// reconciler now reads them from the cache,
+	// TestPoolFillReadsHoldersFromTheCache). The one setting of the suite
+	// that is not the chart's.
 	o.LBMaxAssignmentsPerPool = suiteMaxAssignmentsPerPool
 }
 

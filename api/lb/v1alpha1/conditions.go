@@ -65,6 +65,11 @@ const (
 	// can record for one Service (MaxAssignmentPorts); the message names
 	// the bound. It gets no address.
 	TooManyPortsReason = "TooManyPorts"
+	// SharingKeyTooLongReason: the Service's lb.converge.dev/allow-shared-ip
+	// annotation is longer than a pool's status can record
+	// (MaxSharingKeyLength characters); the message names the annotation
+	// and the bound. It gets no address.
+	SharingKeyTooLongReason = "SharingKeyTooLong"
 	// AddressesAvailableReason: the pool has free addresses.
 	AddressesAvailableReason = "AddressesAvailable"
 )

@@ -6,13 +6,17 @@ import (
 )
 
 // Bounds of an IPAddressPool's status, as its schema declares them (the
-// MaxItems markers below must say the same).
+// MaxItems and MaxLength markers below must say the same).
 const (
 	// MaxAssignments is the most entries status.assignments may hold.
 	MaxAssignments = 65536
 	// MaxAssignmentPorts is the most ports one assignment may record: a
 	// Service with more gets no address.
 	MaxAssignmentPorts = 128
+	// MaxSharingKeyLength is the longest sharing key (the
+	// lb.converge.dev/allow-shared-ip annotation) an assignment records,
+	// in characters: a Service with a longer one gets no address.
+	MaxSharingKeyLength = 253
 )
 
 // IPAddressPoolSpec defines the addresses of a pool and who may use them.
@@ -93,7 +97,8 @@ type Assignment struct {
 	// service holds the address.
 	// +required
 	Service ServiceRef `json:"service"`
-	// sharingKey is the Service's lb.converge.dev/allow-shared-ip value.
+	// sharingKey is the Service's lb.converge.dev/allow-shared-ip value. A
+	// Service with a longer one gets no address (SharingKeyTooLong).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SharingKey string `json:"sharingKey,omitempty"`

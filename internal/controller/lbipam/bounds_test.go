@@ -3,6 +3,7 @@ package lbipam_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,47 @@ func TestTooManyPorts(t *testing.T) {
 	g.Expect(env.Client.Update(ctx, edge)).To(Succeed())
 	condition(t, ns, "edge", lbv1alpha1.TooManyPortsReason)
 	g.Eventually(func() []lbv1alpha1.Assignment { return assignments(t, pool.Name) }).WithTimeout(30 * time.Second).Should(BeEmpty())
+}
+
+// TestSharingKeyTooLong: an allow-shared-ip value longer than a pool's
+// status records (253 characters) gets no address, LoadBalancerReady False
+// SharingKeyTooLong naming the annotation and the bound, and a Warning
+// Event, instead of retrying a write the schema refuses; exactly 253 is
+// recorded, a key that grows past the bound gives the address back, and
+// one shortened again gets an address.
+func TestSharingKeyTooLong(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ctx := t.Context()
+	env.StartManager(t, func(o *setup.Options) { o.Controllers = []string{lbipam.ControllerName} })
+	ns := env.NewNamespace(t)
+	pool := newPool(t, "key-"+ns, ns, "192.0.2.24/29", 0)
+	// Characters, as the schema counts them: 253 two-byte ones fit.
+	edgeKey := strings.Repeat("é", lbv1alpha1.MaxSharingKeyLength)
+
+	g.Expect(env.Client.Create(ctx, service(ns, "long", edgeKey+"k", 1000, 1))).To(Succeed())
+	c := condition(t, ns, "long", lbv1alpha1.SharingKeyTooLongReason)
+	g.Expect(c.Message).To(And(ContainSubstring(lbv1alpha1.AllowSharedIPAnnotation), ContainSubstring("254 characters"),
+		ContainSubstring("at most 253")))
+	g.Expect(c.Message).NotTo(ContainSubstring(edgeKey), "the message repeats the tenant's value")
+	warned(t, ns, "long", lbv1alpha1.SharingKeyTooLongReason)
+	g.Expect(assignments(t, pool.Name)).To(BeEmpty())
+
+	edge := service(ns, "edge", edgeKey, 1000, 1)
+	g.Expect(env.Client.Create(ctx, edge)).To(Succeed())
+	condition(t, ns, "edge", lbv1alpha1.AwaitingAnnouncementReason)
+	g.Expect(assignments(t, pool.Name)).To(ConsistOf(And(HaveField("Service.Name", "edge"), HaveField("SharingKey", edgeKey))))
+
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(edge), edge)).To(Succeed())
+	edge.Annotations[lbv1alpha1.AllowSharedIPAnnotation] = strings.Repeat("k", 64*1024)
+	g.Expect(env.Client.Update(ctx, edge)).To(Succeed())
+	condition(t, ns, "edge", lbv1alpha1.SharingKeyTooLongReason)
+	g.Eventually(func() []lbv1alpha1.Assignment { return assignments(t, pool.Name) }).WithTimeout(30 * time.Second).Should(BeEmpty())
+
+	// Fixed, it gets an address again.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(edge), edge)).To(Succeed())
+	edge.Annotations[lbv1alpha1.AllowSharedIPAnnotation] = "k"
+	g.Expect(env.Client.Update(ctx, edge)).To(Succeed())
+	condition(t, ns, "edge", lbv1alpha1.AwaitingAnnouncementReason)
+	g.Expect(assignments(t, pool.Name)).To(ConsistOf(And(HaveField("Service.Name", "edge"), HaveField("SharingKey", "k"))))
 }

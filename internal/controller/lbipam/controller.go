@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -158,6 +159,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if badAddr != "" {
 		return ctrl.Result{}, r.setNotReady(ctx, svc, nil, lbv1alpha1.AddressUnavailableReason,
 			fmt.Sprintf("annotation %s: %q is not an IPv4 address", lbv1alpha1.AddressAnnotation, badAddr))
+	}
+	if n := utf8.RuneCountInString(rq.SharingKey); n > lbv1alpha1.MaxSharingKeyLength {
+		// Refused before any write: the pool's schema would refuse the
+		// assignment, and every retry with it.
+		msg := fmt.Sprintf("annotation %s: the sharing key is %d characters; an IPAddressPool records at most %d (status.assignments[].sharingKey), so the Service gets no address",
+			lbv1alpha1.AllowSharedIPAnnotation, n, lbv1alpha1.MaxSharingKeyLength)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, lbv1alpha1.SharingKeyTooLongReason, "Allocate", "%s", msg)
+		if err := r.release(ctx, current, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.setNotReady(ctx, svc, []corev1.LoadBalancerIngress{}, lbv1alpha1.SharingKeyTooLongReason, msg)
 	}
 	if len(rq.Ports) > lbv1alpha1.MaxAssignmentPorts {
 		msg := fmt.Sprintf("the Service has %d ports; an IPAddressPool records at most %d per Service (status.assignments[].ports), so it gets no address",

@@ -23,6 +23,7 @@ var allocatorReasons = map[string]bool{
 	lbv1alpha1.ListenerLimitExceededReason:   true,
 	lbv1alpha1.AssignmentLimitExceededReason: true,
 	lbv1alpha1.TooManyPortsReason:            true,
+	lbv1alpha1.SharingKeyTooLongReason:       true,
 }
 
 // patchPool applies mutate to a copy of the pool, recomputes the counts and
