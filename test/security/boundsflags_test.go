@@ -102,3 +102,31 @@ func TestGitOpsBoundFlagsReachTheirLimits(t *testing.T) {
 	g.Expect(c.Message).To(ContainSubstring("file big/big.yaml size " + strconv.Itoa(len(big)) + " exceeds the limit of " + strconv.Itoa(maxFile)))
 	renderExpectNoLeak(t, tn)
 }
+
+// TestGitOpsRenderTimeoutFlagReachesTheRender: --gitops-render-timeout
+// reaches the render through setup.New. With a timeout no render can meet
+// (a nanosecond: the render's file system fails every read once it has
+// passed) a Sync of one ConfigMap, which renders at once under the
+// default of two minutes, is Stalled naming the configured timeout.
+func TestGitOpsRenderTimeoutFlagReachesTheRender(t *testing.T) {
+	t.Parallel()
+	tn := newTenant(t)
+	g := NewWithT(t)
+	shard := "render-timeout-" + tn.NS
+	labels := map[string]string{setup.ShardLabel: shard}
+	env.StartManager(t, func(o *setup.Options) {
+		chartDefaults(o)
+		o.Controllers = []string{"gitrepository", "sync"}
+		o.ShardKey = shard
+		o.GitOps.CacheDir = t.TempDir()
+		o.GitOps.RenderTimeout = time.Nanosecond
+	})
+	gr := tenantRepo(t, tn, map[string]string{"app/cm.yaml": configMap("", "quick", nil)}, setup.ShardLabel, shard)
+	g.Expect(gr).NotTo(BeNil())
+	sy := tenantSync(tn, "quick", "app")
+	sy.Labels = labels
+	g.Expect(tn.Client.Create(t.Context(), sy)).To(Succeed())
+	c := renderStalled(t, tn, sy, gitopsv1alpha1.RenderLimitExceededReason)
+	g.Expect(c.Message).To(ContainSubstring("the render did not finish within 1ns"))
+	renderExpectNoLeak(t, tn)
+}
