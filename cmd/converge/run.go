@@ -71,7 +71,13 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
+	addRunFlags(cmd.Flags(), &o, &webhookPort)
+	return cmd
+}
+
+// addRunFlags adds the flags of `converge run` to f, writing o and
+// webhookPort.
+func addRunFlags(f *pflag.FlagSet, o *setup.Options, webhookPort *int) {
 	f.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf(
 		"controllers to run: '*' for all, 'name' to enable, '-name' to disable (known: %s)", strings.Join(setup.ControllerNames(), ", ")))
 	f.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "only watch these namespaces (default: all)")
@@ -92,14 +98,14 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 		"how long the leader tries to renew before it steps down; it stops writing this long after its last successful renewal was sent (at least 500ms under the lease duration)")
 	f.DurationVar(&o.LeaderElectionTimings.RetryPeriod, "leader-elect-retry-period", o.LeaderElectionTimings.RetryPeriod,
 		"how often the leader renews and standbys try to acquire (one Lease request per period per replica; at most half the renew deadline)")
-	addBudgetFlags(f, &o)
+	addBudgetFlags(f, o)
 	f.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "how long controllers get to finish on shutdown")
 	f.StringVar(&o.Receiver.BindAddress, "receiver-bind-address", o.Receiver.BindAddress, "address of the push webhook receiver (plain HTTP; put TLS in front); '0' disables")
 	f.Float64Var(&o.Receiver.Rate, "receiver-rate", o.Receiver.Rate, "push webhooks per second the receiver accepts in all (burst --receiver-burst); beyond, it answers 429")
 	f.IntVar(&o.Receiver.Burst, "receiver-burst", o.Receiver.Burst, "burst of push webhooks the receiver accepts in all")
 	f.Float64Var(&o.Receiver.SourceRate, "receiver-source-rate", o.Receiver.SourceRate, "push webhooks per second the receiver accepts from one client address (burst --receiver-source-burst)")
 	f.IntVar(&o.Receiver.SourceBurst, "receiver-source-burst", o.Receiver.SourceBurst, "burst of push webhooks the receiver accepts from one client address")
-	f.IntVar(&webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
+	f.IntVar(webhookPort, "webhook-port", o.Webhook.Port, "webhook server port; 0 disables the webhook server")
 	f.StringVar(&o.Webhook.CertDir, "webhook-cert-dir", "", "keep the webhook certificate in this directory")
 	f.StringVar(&o.Webhook.CertSecret, "webhook-cert-secret", "", "keep the webhook certificate in this Secret ([namespace/]name; watched, rotated without restart)")
 	f.BoolVar(&o.Webhook.SelfManage, "webhook-cert-self-managed", o.Webhook.SelfManage, "issue and renew the webhook certificate and inject its CA; false when cert-manager or Helm owns them")
@@ -127,8 +133,7 @@ webhooks) against the cluster of --kubeconfig, or in-cluster.`,
 	f.IntVar(&o.GitOps.RenderCacheObjects, "gitops-render-cache-objects", syncctrl.DefaultRenderCacheObjects, "rendered objects kept in memory across all Syncs, least recently used evicted first (an evicted Sync renders again on its next reconcile)")
 	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account (in the Sync's namespace) that Syncs naming none act as; the chart sets 'default'")
 	f.BoolVar(&o.GitOps.Lockdown, "gitops-lockdown", o.GitOps.Lockdown, "never let a Sync act as the manager: with no --gitops-default-service-account, Syncs without spec.serviceAccountName are refused; false lets them use the manager's identity (single-tenant clusters)")
-	addPKIFlags(f, &o, ":8089")
-	return cmd
+	addPKIFlags(f, o, ":8089")
 }
 
 // addPKIFlags adds the certificate controllers' flags.
