@@ -32,11 +32,11 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 	u := s.u
 	m := &machinev1alpha1.Machine{}
 	key := types.NamespacedName{Namespace: u.Namespace, Name: mp.Name}
-	// Around the power cycle the Machine is read uncached: whether a reset
-	// was sent, and whether the machine came back since, must not be
-	// judged on a stale copy.
+	// For the power cycle the Machine is read uncached: whether a reset
+	// was sent must not be judged on a stale copy. WaitForBoot reads the
+	// cache and confirms uncached whatever it would act on (below).
 	var reader client.Reader = r.Client
-	if mp.Step == upgradev1alpha1.StepPowerCycle || mp.Step == upgradev1alpha1.StepWaitForBoot {
+	if mp.Step == upgradev1alpha1.StepPowerCycle {
 		reader = r.APIReader
 	}
 	if err := reader.Get(ctx, key, m); err != nil {
@@ -122,15 +122,29 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		return err == nil, "", err
 
 	case upgradev1alpha1.StepWaitForBoot:
+		// A power cycle whose BMC stopped between its off and its on (the
+		// manager serving it was stopped) leaves the machine off: press the
+		// power button, once it has been off for BootKick.
+		kick := func() bool {
+			return m.EffectivePowerState() == machinev1alpha1.PowerOff && m.Status.PowerState == machinev1alpha1.PowerOff && s.now.Sub(mp.StepStarted.Time) > r.BootKick
+		}
 		back, why, err := r.cameBack(ctx, u, m)
+		if err != nil || back || kick() {
+			// The cached copy may be behind (the image write not seen yet,
+			// the machine on again): what the step acts on is confirmed on
+			// the Machine as stored. Waiting on a stale copy costs nothing:
+			// the Machine watch brings the next one. (An uncached read of
+			// every waiting Machine on every reconcile spent the budget.)
+			if err := r.APIReader.Get(ctx, key, m); err != nil {
+				return false, "", fmt.Errorf("reading Machine %s: %w", mp.Name, err)
+			}
+			back, why, err = r.cameBack(ctx, u, m)
+		}
 		if err != nil || back {
 			return back, "", err
 		}
 		s.waiting = append(s.waiting, "Machine "+m.Name+": "+why)
-		// A power cycle whose BMC stopped between its off and its on (the
-		// manager serving it was stopped) leaves the machine off: press the
-		// power button, once it has been off for BootKick.
-		if m.EffectivePowerState() == machinev1alpha1.PowerOff && m.Status.PowerState == machinev1alpha1.PowerOff && s.now.Sub(mp.StepStarted.Time) > r.BootKick {
+		if kick() {
 			if err := r.redfishReset(ctx, s, m, "On"); err != nil {
 				return false, "", err
 			}
