@@ -39,8 +39,8 @@ type laggingCache struct {
 
 	mu      sync.Mutex
 	patches int
-	old   *machinev1alpha1.Machine
-	until time.Time
+	old     *machinev1alpha1.Machine
+	until   time.Time
 }
 
 func (c *laggingCache) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
