@@ -10,7 +10,6 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/validate-bmc-converge-dev-v1alpha1-machinebmc,mutating=false,failurePolicy=fail,sideEffects=None,groups=bmc.converge.dev,resources=machinebmcs,verbs=create;update,versions=v1alpha1,name=vmachinebmc.bmc.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -40,7 +40,7 @@ func (w MachineBMC) SetupWithManager(mgr ctrl.Manager) error {
 func (w MachineBMC) ValidateCreate(ctx context.Context, b *bmcv1alpha1.MachineBMC) (admission.Warnings, error) {
 	errs := ValidateSpec(&b.Spec, field.NewPath("spec"))
 	errs = append(errs, w.mayExpose(ctx, b)...)
-	return nil, toStatus(b.Name, errs)
+	return nil, specerr.Invalid(bmcv1alpha1.GroupVersion, "MachineBMC", b.Name, errs)
 }
 
 // ValidateUpdate checks a change; machineRef is immutable.
@@ -56,7 +56,7 @@ func (w MachineBMC) ValidateUpdate(ctx context.Context, old, b *bmcv1alpha1.Mach
 	if old.Spec.Service.Type != b.Spec.Service.Type {
 		errs = append(errs, w.mayExpose(ctx, b)...)
 	}
-	return nil, toStatus(b.Name, errs)
+	return nil, specerr.Invalid(bmcv1alpha1.GroupVersion, "MachineBMC", b.Name, errs)
 }
 
 // mayExpose refuses a NodePort or LoadBalancer BMC to a requester who may
@@ -117,11 +117,4 @@ func ValidateSpec(spec *bmcv1alpha1.MachineBMCSpec, p *field.Path) field.ErrorLi
 		seen[pr] = true
 	}
 	return errs
-}
-
-func toStatus(name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(bmcv1alpha1.GroupVersion.WithKind("MachineBMC").GroupKind(), name, errs)
 }

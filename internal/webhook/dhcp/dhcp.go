@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +21,7 @@ import (
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	"github.com/converge-dev/converge/internal/ippool"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/validate-dhcp-converge-dev-v1alpha1-ippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=dhcp.converge.dev,resources=ippools,verbs=create;update,versions=v1alpha1,name=vippool.dhcp.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -67,7 +67,7 @@ func (w IPPool) validate(ctx context.Context, p *dhcpv1alpha1.IPPool) error {
 		}
 		errs = overlapping(p, parsed, list.Items)
 	}
-	return toStatus("IPPool", p.Name, errs)
+	return specerr.Invalid(dhcpv1alpha1.GroupVersion, "IPPool", p.Name, errs)
 }
 
 // overlapping refuses p, whose spec parsed to parsed, naming
@@ -119,7 +119,7 @@ func (w MachineNetworkConfig) ValidateCreate(ctx context.Context, m *dhcpv1alpha
 // (AddressUnavailable), and its finalizer must still come off.
 func (w MachineNetworkConfig) ValidateUpdate(ctx context.Context, old, m *dhcpv1alpha1.MachineNetworkConfig) (admission.Warnings, error) {
 	if old != nil && equality.Semantic.DeepEqual(old.Spec, m.Spec) {
-		return nil, toStatus("MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
+		return nil, specerr.Invalid(dhcpv1alpha1.GroupVersion, "MachineNetworkConfig", m.Name, ValidateMNCSpec(&m.Spec, field.NewPath("spec")))
 	}
 	return nil, w.validate(ctx, m)
 }
@@ -138,7 +138,7 @@ func (w MachineNetworkConfig) validate(ctx context.Context, m *dhcpv1alpha1.Mach
 		}
 		errs = StaticAllowed(&m.Spec, list.Items, field.NewPath("spec"))
 	}
-	return toStatus("MachineNetworkConfig", m.Name, errs)
+	return specerr.Invalid(dhcpv1alpha1.GroupVersion, "MachineNetworkConfig", m.Name, errs)
 }
 
 // StaticAllowed refuses, naming networkConfigs[i].ipAddress, a static
@@ -204,11 +204,4 @@ func hexNibble(c byte) byte {
 		return c - 'a' + 10
 	}
 	return 0
-}
-
-func toStatus(kind, name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(schema.GroupKind{Group: dhcpv1alpha1.GroupVersion.Group, Kind: kind}, name, errs)
 }

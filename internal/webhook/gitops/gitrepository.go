@@ -6,13 +6,13 @@ import (
 	"context"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/spec"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/mutate-gitops-converge-dev-v1alpha1-gitrepository,mutating=true,failurePolicy=fail,sideEffects=None,groups=gitops.converge.dev,resources=gitrepositories,verbs=create;update,versions=v1alpha1,name=mgitrepository.gitops.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -43,7 +43,7 @@ func (GitRepository) Default(_ context.Context, r *gitopsv1alpha1.GitRepository)
 
 // ValidateCreate checks a new GitRepository.
 func (GitRepository) ValidateCreate(_ context.Context, r *gitopsv1alpha1.GitRepository) (admission.Warnings, error) {
-	return nil, invalid(gitRepositoryKind, r.Name, spec.ValidateGitRepositorySpec(&r.Spec, field.NewPath("spec")))
+	return nil, specerr.Invalid(gitopsv1alpha1.GroupVersion, gitRepositoryKind, r.Name, spec.ValidateGitRepositorySpec(&r.Spec, field.NewPath("spec")))
 }
 
 // ValidateUpdate checks a changed spec; metadata-only changes always pass.
@@ -51,17 +51,10 @@ func (GitRepository) ValidateUpdate(_ context.Context, old, r *gitopsv1alpha1.Gi
 	if apiequality.Semantic.DeepEqual(old.Spec, r.Spec) {
 		return nil, nil
 	}
-	return nil, invalid(gitRepositoryKind, r.Name, spec.ValidateGitRepositorySpec(&r.Spec, field.NewPath("spec")))
+	return nil, specerr.Invalid(gitopsv1alpha1.GroupVersion, gitRepositoryKind, r.Name, spec.ValidateGitRepositorySpec(&r.Spec, field.NewPath("spec")))
 }
 
 // ValidateDelete allows every deletion.
 func (GitRepository) ValidateDelete(context.Context, *gitopsv1alpha1.GitRepository) (admission.Warnings, error) {
 	return nil, nil
-}
-
-func invalid(kind, name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(gitopsv1alpha1.GroupVersion.WithKind(kind).GroupKind(), name, errs)
 }

@@ -10,6 +10,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/spec"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/mutate-gitops-converge-dev-v1alpha1-sync,mutating=true,failurePolicy=fail,sideEffects=None,groups=gitops.converge.dev,resources=syncs,verbs=create;update,versions=v1alpha1,name=msync.gitops.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -41,7 +42,7 @@ func (Sync) Default(_ context.Context, s *gitopsv1alpha1.Sync) error {
 
 // ValidateCreate checks a new Sync.
 func (w Sync) ValidateCreate(_ context.Context, s *gitopsv1alpha1.Sync) (admission.Warnings, error) {
-	return nil, invalid(syncKind, s.Name, w.validate(s))
+	return nil, specerr.Invalid(gitopsv1alpha1.GroupVersion, syncKind, s.Name, w.validate(s))
 }
 
 // ValidateUpdate checks a changed spec; metadata-only changes always pass.
@@ -49,7 +50,7 @@ func (w Sync) ValidateUpdate(_ context.Context, old, s *gitopsv1alpha1.Sync) (ad
 	if apiequality.Semantic.DeepEqual(old.Spec, s.Spec) {
 		return nil, nil
 	}
-	return nil, invalid(syncKind, s.Name, w.validate(s))
+	return nil, specerr.Invalid(gitopsv1alpha1.GroupVersion, syncKind, s.Name, w.validate(s))
 }
 
 func (w Sync) validate(s *gitopsv1alpha1.Sync) field.ErrorList {

@@ -12,6 +12,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/spec"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 func TestValidateGitRepositorySpec(t *testing.T) {
@@ -45,7 +46,7 @@ func TestValidateGitRepositorySpec(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			err := invalid("GitRepository", "x", spec.ValidateGitRepositorySpec(&tc.spec, field.NewPath("spec")))
+			err := specerr.Invalid(gitopsv1alpha1.GroupVersion, "GitRepository", "x", spec.ValidateGitRepositorySpec(&tc.spec, field.NewPath("spec")))
 			if tc.want == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -96,7 +97,7 @@ func TestValidateSyncSpec(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			err := invalid("Sync", tc.s.Name, spec.ValidateSyncSpec(tc.s, field.NewPath("spec")))
+			err := specerr.Invalid(gitopsv1alpha1.GroupVersion, "Sync", tc.s.Name, spec.ValidateSyncSpec(tc.s, field.NewPath("spec")))
 			if tc.want == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return

@@ -10,7 +10,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +17,7 @@ import (
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbipam"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/validate-lb-converge-dev-v1alpha1-ipaddresspool,mutating=false,failurePolicy=fail,sideEffects=None,groups=lb.converge.dev,resources=ipaddresspools,verbs=create;update,versions=v1alpha1,name=vipaddresspool.lb.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -66,7 +66,7 @@ func (w IPAddressPool) validate(ctx context.Context, p *lbv1alpha1.IPAddressPool
 		}
 		errs = ValidateAddresses(p, list.Items)
 	}
-	return toStatus("IPAddressPool", p.Name, errs)
+	return specerr.Invalid(lbv1alpha1.GroupVersion, "IPAddressPool", p.Name, errs)
 }
 
 // ValidateAddresses checks p, whose spec is valid, against its own
@@ -135,22 +135,15 @@ func (w L2Advertisement) SetupWithManager(mgr ctrl.Manager) error {
 
 // ValidateCreate checks a new L2Advertisement.
 func (L2Advertisement) ValidateCreate(_ context.Context, a *lbv1alpha1.L2Advertisement) (admission.Warnings, error) {
-	return nil, toStatus("L2Advertisement", a.Name, selectors(a.Spec.NodeSelectors, field.NewPath("spec", "nodeSelectors")))
+	return nil, specerr.Invalid(lbv1alpha1.GroupVersion, "L2Advertisement", a.Name, selectors(a.Spec.NodeSelectors, field.NewPath("spec", "nodeSelectors")))
 }
 
 // ValidateUpdate checks a changed L2Advertisement.
 func (L2Advertisement) ValidateUpdate(_ context.Context, _, a *lbv1alpha1.L2Advertisement) (admission.Warnings, error) {
-	return nil, toStatus("L2Advertisement", a.Name, selectors(a.Spec.NodeSelectors, field.NewPath("spec", "nodeSelectors")))
+	return nil, specerr.Invalid(lbv1alpha1.GroupVersion, "L2Advertisement", a.Name, selectors(a.Spec.NodeSelectors, field.NewPath("spec", "nodeSelectors")))
 }
 
 // ValidateDelete allows every deletion.
 func (L2Advertisement) ValidateDelete(context.Context, *lbv1alpha1.L2Advertisement) (admission.Warnings, error) {
 	return nil, nil
-}
-
-func toStatus(kind, name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(schema.GroupKind{Group: lbv1alpha1.GroupVersion.Group, Kind: kind}, name, errs)
 }

@@ -16,6 +16,7 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
@@ -66,7 +67,7 @@ func (w Machine) ValidateCreate(ctx context.Context, m *machinev1alpha1.Machine)
 		}
 		errs = append(errs, e...)
 	}
-	return nil, toStatus(m.Name, errs)
+	return nil, specerr.Invalid(machinev1alpha1.GroupVersion, "Machine", m.Name, errs)
 }
 
 // checkContract refuses, naming spec.infrastructureRef.kind, a kind that is
@@ -94,7 +95,7 @@ func (Machine) ValidateUpdate(_ context.Context, old, m *machinev1alpha1.Machine
 	if old.Spec.InfrastructureRef != m.Spec.InfrastructureRef {
 		errs = append(errs, field.Invalid(p.Child("infrastructureRef"), m.Spec.InfrastructureRef, "field is immutable (create a new Machine instead)"))
 	}
-	return nil, toStatus(m.Name, errs)
+	return nil, specerr.Invalid(machinev1alpha1.GroupVersion, "Machine", m.Name, errs)
 }
 
 // ValidateDelete allows every deletion.
@@ -125,11 +126,4 @@ func ValidateSpec(spec *machinev1alpha1.MachineSpec, p *field.Path) field.ErrorL
 		seen[n.MACAddress] = n.Name
 	}
 	return errs
-}
-
-func toStatus(name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(machinev1alpha1.GroupVersion.WithKind("Machine").GroupKind(), name, errs)
 }

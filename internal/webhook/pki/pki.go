@@ -24,6 +24,7 @@ import (
 	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
@@ -96,7 +97,7 @@ func (w Certificate) validate(ctx context.Context, old, c *pkiv1alpha1.Certifica
 		}
 		errs = e
 	}
-	return nil, toStatus("Certificate", c.Name, errs)
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "Certificate", c.Name, errs)
 }
 
 // checkContract refuses, naming spec.issuerRef.kind, an issuer of another
@@ -225,13 +226,13 @@ func (w Issuer) SetupWithManager(mgr ctrl.Manager) error {
 // ValidateCreate checks a new Issuer.
 func (w Issuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
-	return nil, toStatus("Issuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "Issuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateUpdate checks a change.
 func (w Issuer) ValidateUpdate(_ context.Context, old, i *pkiv1alpha1.Issuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
-	return nil, toStatus("Issuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "Issuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateDelete allows every deletion.
@@ -254,13 +255,13 @@ func (w ClusterIssuer) SetupWithManager(mgr ctrl.Manager) error {
 // ValidateCreate checks a new ClusterIssuer.
 func (w ClusterIssuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
-	return nil, toStatus("ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateUpdate checks a change.
 func (w ClusterIssuer) ValidateUpdate(_ context.Context, old, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
-	return nil, toStatus("ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
 }
 
 // ValidateDelete allows every deletion.
@@ -337,13 +338,13 @@ func (CertificateRequest) ValidateCreate(_ context.Context, cr *pkiv1alpha1.Cert
 		errs = append(errs, field.Invalid(p.Child("request"), "<csr>", err.Error()))
 	}
 	errs = append(errs, validateIssuerRef(cr.Spec.IssuerRef, p.Child("issuerRef"))...)
-	return nil, toStatus("CertificateRequest", cr.Name, errs)
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "CertificateRequest", cr.Name, errs)
 }
 
 // ValidateUpdate refuses spec changes.
 func (CertificateRequest) ValidateUpdate(_ context.Context, old, cr *pkiv1alpha1.CertificateRequest) (admission.Warnings, error) {
 	if !apiequality.Semantic.DeepEqual(old.Spec, cr.Spec) {
-		return nil, toStatus("CertificateRequest", cr.Name, field.ErrorList{field.Forbidden(field.NewPath("spec"), "a CertificateRequest's spec is immutable")})
+		return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "CertificateRequest", cr.Name, field.ErrorList{field.Forbidden(field.NewPath("spec"), "a CertificateRequest's spec is immutable")})
 	}
 	return nil, nil
 }
@@ -351,11 +352,4 @@ func (CertificateRequest) ValidateUpdate(_ context.Context, old, cr *pkiv1alpha1
 // ValidateDelete allows every deletion.
 func (CertificateRequest) ValidateDelete(context.Context, *pkiv1alpha1.CertificateRequest) (admission.Warnings, error) {
 	return nil, nil
-}
-
-func toStatus(kind, name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(schema.GroupKind{Group: pkiv1alpha1.GroupVersion.Group, Kind: kind}, name, errs)
 }

@@ -17,6 +17,7 @@ import (
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
 
@@ -81,7 +82,7 @@ func (w Database) ValidateCreate(ctx context.Context, d *sqlv1alpha1.Database) (
 				" (an instance kind's CRD declares it with the label "+pcontract.Label(pcontract.DatabaseInstance)+"="+pcontract.Version+")"))
 		}
 	}
-	return nil, toStatus("Database", d.Name, errs)
+	return nil, specerr.Invalid(sqlv1alpha1.GroupVersion, "Database", d.Name, errs)
 }
 
 // ValidateUpdate checks a change; the server-facing identity is immutable.
@@ -101,7 +102,7 @@ func (Database) ValidateUpdate(_ context.Context, old, d *sqlv1alpha1.Database) 
 	immutable("owner", old.Spec.Owner, d.Spec.Owner)
 	immutable("charset", old.Spec.Charset, d.Spec.Charset)
 	immutable("restoreFrom", old.Spec.RestoreFrom, d.Spec.RestoreFrom)
-	return nil, toStatus("Database", d.Name, errs)
+	return nil, specerr.Invalid(sqlv1alpha1.GroupVersion, "Database", d.Name, errs)
 }
 
 // ValidateDelete allows every deletion.
@@ -162,14 +163,6 @@ func ValidateDatabaseSpec(name string, spec *sqlv1alpha1.DatabaseSpec, p *field.
 	return errs
 }
 
-func toStatus(kind, name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	gk := schema.GroupKind{Group: sqlv1alpha1.GroupVersion.Group, Kind: kind}
-	return apierrors.NewInvalid(gk, name, errs)
-}
-
 // +kubebuilder:webhook:path=/mutate-sql-converge-dev-v1alpha1-postgresinstance,mutating=true,failurePolicy=fail,sideEffects=None,groups=sql.converge.dev,resources=postgresinstances,verbs=create;update,versions=v1alpha1,name=mpostgresinstance.sql.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/validate-sql-converge-dev-v1alpha1-postgresinstance,mutating=false,failurePolicy=fail,sideEffects=None,groups=sql.converge.dev,resources=postgresinstances,verbs=create;update,versions=v1alpha1,name=vpostgresinstance.sql.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/mutate-sql-converge-dev-v1alpha1-mariadbinstance,mutating=true,failurePolicy=fail,sideEffects=None,groups=sql.converge.dev,resources=mariadbinstances,verbs=create;update,versions=v1alpha1,name=mmariadbinstance.sql.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -191,12 +184,12 @@ func (PostgresInstance) Default(_ context.Context, i *sqlv1alpha1.PostgresInstan
 
 // ValidateCreate checks a new PostgresInstance.
 func (PostgresInstance) ValidateCreate(_ context.Context, i *sqlv1alpha1.PostgresInstance) (admission.Warnings, error) {
-	return nil, toStatus("PostgresInstance", i.Name, validateInstance(&i.Spec))
+	return nil, specerr.Invalid(sqlv1alpha1.GroupVersion, "PostgresInstance", i.Name, validateInstance(&i.Spec))
 }
 
 // ValidateUpdate checks a changed PostgresInstance.
 func (PostgresInstance) ValidateUpdate(_ context.Context, _, i *sqlv1alpha1.PostgresInstance) (admission.Warnings, error) {
-	return nil, toStatus("PostgresInstance", i.Name, validateInstance(&i.Spec))
+	return nil, specerr.Invalid(sqlv1alpha1.GroupVersion, "PostgresInstance", i.Name, validateInstance(&i.Spec))
 }
 
 // ValidateDelete allows every deletion.
@@ -220,12 +213,12 @@ func (MariaDBInstance) Default(_ context.Context, i *sqlv1alpha1.MariaDBInstance
 
 // ValidateCreate checks a new MariaDBInstance.
 func (MariaDBInstance) ValidateCreate(_ context.Context, i *sqlv1alpha1.MariaDBInstance) (admission.Warnings, error) {
-	return nil, toStatus("MariaDBInstance", i.Name, validateInstance(&i.Spec))
+	return nil, specerr.Invalid(sqlv1alpha1.GroupVersion, "MariaDBInstance", i.Name, validateInstance(&i.Spec))
 }
 
 // ValidateUpdate checks a changed MariaDBInstance.
 func (MariaDBInstance) ValidateUpdate(_ context.Context, _, i *sqlv1alpha1.MariaDBInstance) (admission.Warnings, error) {
-	return nil, toStatus("MariaDBInstance", i.Name, validateInstance(&i.Spec))
+	return nil, specerr.Invalid(sqlv1alpha1.GroupVersion, "MariaDBInstance", i.Name, validateInstance(&i.Spec))
 }
 
 // ValidateDelete allows every deletion.

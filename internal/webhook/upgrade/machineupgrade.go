@@ -13,7 +13,6 @@ import (
 	"regexp"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +23,7 @@ import (
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/upgradecheck"
 	"github.com/converge-dev/converge/internal/upgradeoverlap"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/validate-upgrade-converge-dev-v1alpha1-machineupgrade,mutating=false,failurePolicy=fail,sideEffects=None,groups=upgrade.converge.dev,resources=machineupgrades,verbs=create;update,versions=v1alpha1,name=vmachineupgrade.upgrade.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -61,7 +61,7 @@ func (w MachineUpgrade) ValidateCreate(ctx context.Context, u *upgradev1alpha1.M
 		}
 		errs = append(errs, Overlap(u, others, ms)...)
 	}
-	return nil, toStatus(u.Name, errs)
+	return nil, specerr.Invalid(upgradev1alpha1.GroupVersion, "MachineUpgrade", u.Name, errs)
 }
 
 // ValidateUpdate checks a change: the target is immutable, and an abort
@@ -84,7 +84,7 @@ func (w MachineUpgrade) ValidateUpdate(_ context.Context, old, u *upgradev1alpha
 	if old.Spec.Abort && !u.Spec.Abort {
 		errs = append(errs, field.Forbidden(p.Child("abort"), "an abort cannot be taken back"))
 	}
-	return nil, toStatus(u.Name, errs)
+	return nil, specerr.Invalid(upgradev1alpha1.GroupVersion, "MachineUpgrade", u.Name, errs)
 }
 
 // ValidateDelete allows every deletion.
@@ -174,11 +174,4 @@ func overlap(u *upgradev1alpha1.MachineUpgrade, others []upgradev1alpha1.Machine
 		return c.Message()
 	}
 	return ""
-}
-
-func toStatus(name string, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(upgradev1alpha1.GroupVersion.WithKind("MachineUpgrade").GroupKind(), name, errs)
 }

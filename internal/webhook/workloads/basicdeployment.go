@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/mutate-workloads-converge-dev-v1alpha1-basicdeployment,mutating=true,failurePolicy=fail,sideEffects=None,groups=workloads.converge.dev,resources=basicdeployments,verbs=create;update,versions=v1alpha1,name=mbasicdeployment.workloads.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -69,7 +69,7 @@ func (BasicDeployment) Default(_ context.Context, d *workloadsv1alpha1.BasicDepl
 
 // ValidateCreate checks a new BasicDeployment.
 func (BasicDeployment) ValidateCreate(_ context.Context, d *workloadsv1alpha1.BasicDeployment) (admission.Warnings, error) {
-	return nil, deploymentStatus(d, validateDeploymentSpec(&d.Spec, field.NewPath("spec")))
+	return nil, specerr.Invalid(workloadsv1alpha1.GroupVersion, "BasicDeployment", d.Name, validateDeploymentSpec(&d.Spec, field.NewPath("spec")))
 }
 
 // ValidateUpdate checks a change to the spec; the selector is immutable.
@@ -81,7 +81,7 @@ func (BasicDeployment) ValidateUpdate(_ context.Context, old, d *workloadsv1alph
 	if !apiequality.Semantic.DeepEqual(old.Spec.Selector, d.Spec.Selector) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "selector"), d.Spec.Selector, "field is immutable"))
 	}
-	return nil, deploymentStatus(d, errs)
+	return nil, specerr.Invalid(workloadsv1alpha1.GroupVersion, "BasicDeployment", d.Name, errs)
 }
 
 // ValidateDelete allows every deletion.
@@ -145,11 +145,4 @@ func isZero(v *intstr.IntOrString) bool {
 	}
 	n, err := intstr.GetScaledValueFromIntOrPercent(v, 100, true)
 	return err == nil && n == 0
-}
-
-func deploymentStatus(d *workloadsv1alpha1.BasicDeployment, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(workloadsv1alpha1.GroupVersion.WithKind("BasicDeployment").GroupKind(), d.Name, errs)
 }

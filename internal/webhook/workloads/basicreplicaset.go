@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/webhook/specerr"
 )
 
 // +kubebuilder:webhook:path=/mutate-workloads-converge-dev-v1alpha1-basicreplicaset,mutating=true,failurePolicy=fail,sideEffects=None,groups=workloads.converge.dev,resources=basicreplicasets,verbs=create;update,versions=v1alpha1,name=mbasicreplicaset.workloads.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -44,7 +44,7 @@ func (BasicReplicaSet) Default(_ context.Context, rs *workloadsv1alpha1.BasicRep
 
 // ValidateCreate checks a new BasicReplicaSet.
 func (BasicReplicaSet) ValidateCreate(_ context.Context, rs *workloadsv1alpha1.BasicReplicaSet) (admission.Warnings, error) {
-	return nil, toStatus(rs, validateSelectorAndTemplate(rs.Spec.Selector, &rs.Spec.Template, field.NewPath("spec")))
+	return nil, specerr.Invalid(workloadsv1alpha1.GroupVersion, "BasicReplicaSet", rs.Name, validateSelectorAndTemplate(rs.Spec.Selector, &rs.Spec.Template, field.NewPath("spec")))
 }
 
 // ValidateUpdate checks a change to the spec; the selector is immutable.
@@ -58,7 +58,7 @@ func (BasicReplicaSet) ValidateUpdate(_ context.Context, old, rs *workloadsv1alp
 	if !apiequality.Semantic.DeepEqual(old.Spec.Selector, rs.Spec.Selector) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "selector"), rs.Spec.Selector, "field is immutable"))
 	}
-	return nil, toStatus(rs, errs)
+	return nil, specerr.Invalid(workloadsv1alpha1.GroupVersion, "BasicReplicaSet", rs.Name, errs)
 }
 
 // ValidateDelete allows every deletion.
@@ -93,11 +93,4 @@ func validateSelectorAndTemplate(selector *metav1.LabelSelector, template *corev
 		errs = append(errs, field.Required(p.Child("template", "spec", "containers"), "at least one container is required"))
 	}
 	return errs
-}
-
-func toStatus(rs *workloadsv1alpha1.BasicReplicaSet, errs field.ErrorList) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return apierrors.NewInvalid(workloadsv1alpha1.GroupVersion.WithKind("BasicReplicaSet").GroupKind(), rs.Name, errs)
 }
