@@ -13,7 +13,7 @@ import (
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
-	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	"github.com/converge-dev/converge/internal/sharding"
 )
 
@@ -46,7 +46,7 @@ func (r *Reconciler) reconcileMachine(ctx context.Context, req ctrl.Request) (ct
 	}
 	nics := []machinev1alpha1.NetworkInterface(nil)
 	if mach != nil && mach.DeletionTimestamp.IsZero() {
-		nics = machinectrl.EffectiveNICs(mach)
+		nics = machinespec.EffectiveNICs(mach)
 	}
 	if len(nics) == 0 {
 		if cur != nil {

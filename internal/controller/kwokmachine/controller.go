@@ -31,6 +31,7 @@ import (
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
@@ -87,11 +88,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// ProviderID is a KwokMachine's providerID.
-func ProviderID(km *infrastructurev1alpha1.KwokMachine) string {
-	return "kwok://" + km.Namespace + "/" + km.Name
-}
-
 // NodeName is the name of a KwokMachine's Node:
 // kwok-<namespace>-<name>-<hash of namespace/name> (contract.NodeName).
 func NodeName(km *infrastructurev1alpha1.KwokMachine) string {
@@ -118,11 +114,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// A providerID that is not this object's own (written around the
 	// webhook) is never used: no Node is registered under it.
-	if km.Spec.ProviderID != "" && km.Spec.ProviderID != ProviderID(km) {
+	if km.Spec.ProviderID != "" && km.Spec.ProviderID != machinespec.KwokProviderID(km) {
 		patcher := creconcile.NewStatusPatcher(r.Client, km)
 		km.Status.Provisioned = false
 		setReady(km, metav1.ConditionFalse, infrastructurev1alpha1.ProviderIDNotOwnReason,
-			fmt.Sprintf("spec.providerID %q is not this KwokMachine's own (%s); it is written by the provider only: delete and recreate the KwokMachine without it", km.Spec.ProviderID, ProviderID(km)))
+			fmt.Sprintf("spec.providerID %q is not this KwokMachine's own (%s); it is written by the provider only: delete and recreate the KwokMachine without it", km.Spec.ProviderID, machinespec.KwokProviderID(km)))
 		// Only a person can help (the field is immutable): Stalled, with
 		// this generation observed, so that kstatus reads it Failed and
 		// not InProgress for ever.
@@ -136,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		base := km.DeepCopy()
 		controllerutil.AddFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer)
 		if km.Spec.ProviderID == "" {
-			km.Spec.ProviderID = ProviderID(km)
+			km.Spec.ProviderID = machinespec.KwokProviderID(km)
 		}
 		return ctrl.Result{}, r.Patch(ctx, km, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
 	}

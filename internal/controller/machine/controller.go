@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 )
@@ -178,6 +179,16 @@ func (r *Reconciler) machinesSharingMACs(ctx context.Context, o client.Object) [
 				out = append(out, req)
 			}
 		}
+	}
+	return out
+}
+
+// macKeys indexes a Machine by its effective MACs.
+func macKeys(m *machinev1alpha1.Machine) []string {
+	nics := machinespec.EffectiveNICs(m)
+	out := make([]string, 0, len(nics))
+	for _, n := range nics {
+		out = append(out, n.MACAddress)
 	}
 	return out
 }

@@ -12,7 +12,7 @@ import (
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/kwokmachine"
-	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	"github.com/converge-dev/converge/internal/testenv"
 	"github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 	"github.com/converge-dev/converge/pkg/contract/infrastructuremachine/conformance"
@@ -26,7 +26,7 @@ func TestKwokMachinePowerCycle(t *testing.T) {
 	m := kwokPair(t, ns, "m1", func(m *machinev1alpha1.Machine) {
 		m.Spec.NetworkInterfaces = []machinev1alpha1.NetworkInterface{{Name: "eth0", Network: "lan"}}
 	})
-	mac := machinectrl.GenerateMAC(ns, "m1", "eth0")
+	mac := machinespec.GenerateMAC(ns, "m1", "eth0")
 	got := waitMachine(t, m, func(g Gomega, m *machinev1alpha1.Machine) {
 		g.Expect(m.Status.Phase).To(Equal(machinev1alpha1.PhaseRunning))
 		testenv.HasCondition(g, m.Status.Conditions, machinev1alpha1.ReadyCondition, metav1.ConditionTrue, machinev1alpha1.RunningReason)

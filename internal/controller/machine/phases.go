@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
@@ -148,7 +149,7 @@ func (r *Reconciler) getInfrastructure(ctx context.Context, s *scope) error {
 // checkMACs records a MAC this Machine shares with an older Machine (any
 // namespace: a MAC is unique on the wire). The older one keeps it.
 func (r *Reconciler) checkMACs(ctx context.Context, s *scope) error {
-	for _, nic := range EffectiveNICs(s.m) {
+	for _, nic := range machinespec.EffectiveNICs(s.m) {
 		list := &machinev1alpha1.MachineList{}
 		if err := r.List(ctx, list, client.MatchingFields{macIndex: nic.MACAddress}); err != nil {
 			return fmt.Errorf("listing Machines by MAC: %w", err)
@@ -186,7 +187,7 @@ func desired(s *scope) contract.Desired {
 	}
 	if s.duplicateMAC == "" {
 		d.NetworkInterfaces = []contract.NetworkInterface{}
-		for _, n := range EffectiveNICs(s.m) {
+		for _, n := range machinespec.EffectiveNICs(s.m) {
 			d.NetworkInterfaces = append(d.NetworkInterfaces, contract.NetworkInterface{Name: n.Name, Network: n.Network, MACAddress: n.MACAddress})
 		}
 	}

@@ -25,6 +25,7 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	"github.com/converge-dev/converge/internal/qemu"
 	creconcile "github.com/converge-dev/converge/internal/reconcile"
 )
@@ -100,11 +101,6 @@ func (r *Reconciler) ours(obj client.Object) bool {
 	return ok && qm.Spec.NodeName == r.NodeName
 }
 
-// ProviderID is a QemuMachine's providerID.
-func ProviderID(qm *infrastructurev1alpha1.QemuMachine) string {
-	return providerIDPrefix + qm.Namespace + "/" + qm.Name
-}
-
 func id(qm *infrastructurev1alpha1.QemuMachine) string { return qm.Namespace + "/" + qm.Name }
 
 func nics(qm *infrastructurev1alpha1.QemuMachine) []qemu.NIC {
@@ -138,7 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		base := qm.DeepCopy()
 		controllerutil.AddFinalizer(qm, infrastructurev1alpha1.QemuMachineFinalizer)
 		if qm.Spec.ProviderID == "" {
-			qm.Spec.ProviderID = ProviderID(qm)
+			qm.Spec.ProviderID = machinespec.QemuProviderID(qm)
 		}
 		return ctrl.Result{}, r.Patch(ctx, qm, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
 )
 
@@ -22,8 +23,6 @@ import (
 // machine agent never touches Nodes (it has no right to).
 //
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
-
-const providerIDPrefix = "qemu://"
 
 // NodeName is the Node a QemuMachine's guest registers as (its kubelet's
 // node name): qemu-<namespace>-<name>-<hash of namespace/name>
@@ -36,7 +35,7 @@ func NodeName(qm *infrastructurev1alpha1.QemuMachine) string {
 
 // claimNode records that the Node the QemuMachine's guest registered is
 // the QemuMachine's own, as KwokMachine does for the Nodes it registers:
-// the Node named NodeName(qm) whose spec.providerID is ProviderID(qm) gets
+// the Node named NodeName(qm) whose spec.providerID is machinespec.QemuProviderID(qm) gets
 // the provider-object annotation (contract.NodeOwner) the Machine
 // controller checks before it claims, drains or deletes a Node, and the
 // tenant label and NoSchedule taint of the namespace.
@@ -47,7 +46,7 @@ func NodeName(qm *infrastructurev1alpha1.QemuMachine) string {
 // another object (a QemuMachine of the same name deleted and made again):
 // it is never adopted.
 func claimNode(ctx context.Context, c client.Client, qm *infrastructurev1alpha1.QemuMachine) error {
-	own := ProviderID(qm)
+	own := machinespec.QemuProviderID(qm)
 	if qm.Spec.ProviderID != own || !qm.DeletionTimestamp.IsZero() {
 		return nil // a foreign providerID (stored around the webhook) claims nothing
 	}
@@ -90,10 +89,10 @@ func claimNode(ctx context.Context, c client.Client, qm *infrastructurev1alpha1.
 // its guest registers it.
 func watchNodes(b *builder.Builder) *builder.Builder {
 	isQemu := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return strings.HasPrefix(o.(*corev1.Node).Spec.ProviderID, providerIDPrefix)
+		return strings.HasPrefix(o.(*corev1.Node).Spec.ProviderID, machinespec.QemuProviderIDPrefix)
 	})
 	return b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		ns, name, ok := strings.Cut(strings.TrimPrefix(o.(*corev1.Node).Spec.ProviderID, providerIDPrefix), "/")
+		ns, name, ok := strings.Cut(strings.TrimPrefix(o.(*corev1.Node).Spec.ProviderID, machinespec.QemuProviderIDPrefix), "/")
 		if !ok || o.GetName() != contract.NodeName("qemu", ns, name) {
 			return nil
 		}

@@ -19,6 +19,7 @@ import (
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -165,7 +166,7 @@ func expectNodeClaimed(t *testing.T, ns string, m *machinev1alpha1.Machine) {
 	ctx := t.Context()
 	qm := getQM(t, g, ns, m.Spec.InfrastructureRef.Name)
 	register := func(name string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: qemumachine.ProviderID(qm)}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: machinespec.QemuProviderID(qm)}}
 		g.Expect(env.Client.Create(ctx, n)).To(Succeed())
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
 		return n

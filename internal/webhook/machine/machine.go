@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
-	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	"github.com/converge-dev/converge/internal/webhook/specerr"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
@@ -39,7 +39,7 @@ func (w Machine) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Default fills powerState (On), bootDevice (Disk) and every empty
-// macAddress with the stable generated one (machine.GenerateMAC), so that
+// macAddress with the stable generated one (machinespec.GenerateMAC), so that
 // the MAC is visible in the spec and survives a change of name scheme.
 func (Machine) Default(_ context.Context, m *machinev1alpha1.Machine) error {
 	if m.Spec.PowerState == "" {
@@ -49,7 +49,7 @@ func (Machine) Default(_ context.Context, m *machinev1alpha1.Machine) error {
 		m.Spec.BootDevice = machinev1alpha1.BootDisk
 	}
 	if m.Name != "" {
-		m.Spec.NetworkInterfaces = machinectrl.EffectiveNICs(m)
+		m.Spec.NetworkInterfaces = machinespec.EffectiveNICs(m)
 	}
 	return nil
 }

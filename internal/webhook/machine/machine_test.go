@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
-	machinectrl "github.com/converge-dev/converge/internal/controller/machine"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 )
 
 func machine() *machinev1alpha1.Machine {
@@ -23,7 +23,7 @@ func TestDefault(t *testing.T) {
 	g.Expect(Machine{}.Default(t.Context(), m)).To(Succeed())
 	g.Expect(m.Spec.PowerState).To(Equal(machinev1alpha1.PowerOn))
 	g.Expect(m.Spec.BootDevice).To(Equal(machinev1alpha1.BootDisk))
-	g.Expect(m.Spec.NetworkInterfaces[0].MACAddress).To(Equal(machinectrl.GenerateMAC("ns", "m", "eth0")))
+	g.Expect(m.Spec.NetworkInterfaces[0].MACAddress).To(Equal(machinespec.GenerateMAC("ns", "m", "eth0")))
 	g.Expect(m.Spec.NetworkInterfaces[1].MACAddress).To(Equal("02:00:00:00:00:09"), "a given MAC is kept")
 }
 

@@ -11,8 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
-	"github.com/converge-dev/converge/internal/controller/kwokmachine"
-	"github.com/converge-dev/converge/internal/controller/qemumachine"
+	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 )
 
 // +kubebuilder:webhook:path=/validate-infrastructure-converge-dev-v1alpha1-kwokmachine,mutating=false,failurePolicy=fail,sideEffects=None,groups=infrastructure.converge.dev,resources=kwokmachines,verbs=create;update,versions=v1alpha1,name=vkwokmachine.infrastructure.converge.dev,admissionReviewVersions=v1,timeoutSeconds=10
@@ -30,7 +29,7 @@ func (Providers) SetupWithManager(mgr ctrl.Manager) error {
 	kwok := providerIDValidator[*infrastructurev1alpha1.KwokMachine]{
 		kind: infrastructurev1alpha1.GroupVersion.WithKind("KwokMachine").GroupKind(),
 		got:  func(km *infrastructurev1alpha1.KwokMachine) string { return km.Spec.ProviderID },
-		own:  kwokmachine.ProviderID,
+		own:  machinespec.KwokProviderID,
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &infrastructurev1alpha1.KwokMachine{}).WithValidator(kwok).Complete(); err != nil {
 		return err
@@ -38,7 +37,7 @@ func (Providers) SetupWithManager(mgr ctrl.Manager) error {
 	qemu := providerIDValidator[*infrastructurev1alpha1.QemuMachine]{
 		kind: infrastructurev1alpha1.GroupVersion.WithKind("QemuMachine").GroupKind(),
 		got:  func(qm *infrastructurev1alpha1.QemuMachine) string { return qm.Spec.ProviderID },
-		own:  qemumachine.ProviderID,
+		own:  machinespec.QemuProviderID,
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &infrastructurev1alpha1.QemuMachine{}).WithValidator(qemu).Complete()
 }

@@ -1,4 +1,10 @@
-package machine
+// Package spec holds the rules of the machine and infrastructure API groups
+// that more than one component applies: the stable MAC of a NIC that sets
+// none (the Machine webhook defaults it, the Machine controller indexes it,
+// the IPPool controller leases on it) and the provider ID each built-in
+// provider writes (its controller writes it, the webhook refuses any other).
+// Admission webhooks and controllers both import it; it imports neither.
+package spec
 
 import (
 	"crypto/sha256"
@@ -28,16 +34,6 @@ func EffectiveNICs(m *machinev1alpha1.Machine) []machinev1alpha1.NetworkInterfac
 			n.MACAddress = GenerateMAC(m.Namespace, m.Name, n.Name)
 		}
 		out[i] = n
-	}
-	return out
-}
-
-// macKeys indexes a Machine by its effective MACs.
-func macKeys(m *machinev1alpha1.Machine) []string {
-	nics := EffectiveNICs(m)
-	out := make([]string, 0, len(nics))
-	for _, n := range nics {
-		out = append(out, n.MACAddress)
 	}
 	return out
 }
