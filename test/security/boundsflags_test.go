@@ -34,13 +34,7 @@ func TestGitOpsBoundFlagsReachTheirLimits(t *testing.T) {
 		maxFile     = 4 << 10
 		maxObjects  = 3
 	)
-	shard := "bounds-" + tn.NS
-	labels := map[string]string{setup.ShardLabel: shard}
-	env.StartManager(t, func(o *setup.Options) {
-		chartDefaults(o)
-		o.Controllers = []string{"gitrepository", "sync"}
-		o.ShardKey = shard
-		o.GitOps.CacheDir = t.TempDir()
+	labels := startGitOpsShard(t, "bounds-"+tn.NS, func(o *setup.Options) {
 		o.GitOps.MaxFetchSize = maxFetch
 		o.GitOps.MaxArtifactSize = maxArtifact
 		o.GitOps.MaxFileSize = maxFile
@@ -113,12 +107,7 @@ func TestGitOpsRenderTimeoutFlagReachesTheRender(t *testing.T) {
 	tn := newTenant(t)
 	g := NewWithT(t)
 	shard := "render-timeout-" + tn.NS
-	labels := map[string]string{setup.ShardLabel: shard}
-	env.StartManager(t, func(o *setup.Options) {
-		chartDefaults(o)
-		o.Controllers = []string{"gitrepository", "sync"}
-		o.ShardKey = shard
-		o.GitOps.CacheDir = t.TempDir()
+	labels := startGitOpsShard(t, shard, func(o *setup.Options) {
 		o.GitOps.RenderTimeout = time.Nanosecond
 	})
 	gr := tenantRepo(t, tn, map[string]string{"app/cm.yaml": configMap("", "quick", nil)}, setup.ShardLabel, shard)
@@ -129,4 +118,21 @@ func TestGitOpsRenderTimeoutFlagReachesTheRender(t *testing.T) {
 	c := renderStalled(t, tn, sy, gitopsv1alpha1.RenderLimitExceededReason)
 	g.Expect(c.Message).To(ContainSubstring("the render did not finish within 1ns"))
 	renderExpectNoLeak(t, tn)
+}
+
+// startGitOpsShard starts a manager built by setup.New with the chart's
+// defaults, only the GitRepository and Sync controllers, its own cache
+// directory and shard key shard, then applies set. It returns the labels
+// that put an object in the shard, so the test's objects reach this manager
+// only.
+func startGitOpsShard(t *testing.T, shard string, set func(*setup.Options)) map[string]string {
+	t.Helper()
+	env.StartManager(t, func(o *setup.Options) {
+		chartDefaults(o)
+		o.Controllers = []string{"gitrepository", "sync"}
+		o.ShardKey = shard
+		o.GitOps.CacheDir = t.TempDir()
+		set(o)
+	})
+	return map[string]string{setup.ShardLabel: shard}
 }

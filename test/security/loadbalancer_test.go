@@ -50,11 +50,7 @@ func TestLoadBalancerPoolsStayWithTheirGrantees(t *testing.T) {
 	a, b := newTenant(t), newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + a.NS},
-		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.0.0/29"},
-			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{a.NS}}}}
-	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
+	pool := grantedPool(t, "sec-"+a.NS, "198.18.0.0/29", a.NS)
 
 	// Pools are the admin's: a tenant can neither create nor widen one.
 	own := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "mine-" + b.NS},
@@ -125,15 +121,8 @@ func TestListenersPerNamespaceAreBounded(t *testing.T) {
 	attacker, victim := newTenant(t), newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	for _, p := range []*lbv1alpha1.IPAddressPool{
-		{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + attacker.NS}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.9.0/29"},
-			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{attacker.NS}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "sec-" + victim.NS}, Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.9.8/29"},
-			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{victim.NS}}}},
-	} {
-		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-		t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), p) })
-	}
+	grantedPool(t, "sec-"+attacker.NS, "198.18.9.0/29", attacker.NS)
+	grantedPool(t, "sec-"+victim.NS, "198.18.9.8/29", victim.NS)
 	many := func(tn *tenant, name string, n int) *corev1.Service {
 		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false)}}
@@ -190,11 +179,7 @@ func TestPoolAssignmentsAreBounded(t *testing.T) {
 	a, b, c := newTenant(t), newTenant(t), newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-cap-" + c.NS},
-		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.11.0/29"},
-			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{a.NS, b.NS, c.NS}}}}
-	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
+	pool := grantedPool(t, "sec-cap-"+c.NS, "198.18.11.0/29", a.NS, b.NS, c.NS)
 
 	// 2 × 8 Services, created 16 at a time.
 	type job struct {
@@ -278,11 +263,7 @@ func TestLongSharingKeyIsRefused(t *testing.T) {
 	attacker, victim := newTenant(t), newTenant(t)
 	g := NewWithT(t)
 	ctx := t.Context()
-	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: "sec-key-" + attacker.NS},
-		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{"198.18.13.0/29"},
-			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: []string{attacker.NS, victim.NS}}}}
-	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), pool) })
+	pool := grantedPool(t, "sec-key-"+attacker.NS, "198.18.13.0/29", attacker.NS, victim.NS)
 
 	key := strings.Repeat("k", 64*1024)
 	lbService(t, attacker, "long", 80, map[string]string{lbv1alpha1.AllowSharedIPAnnotation: key})
@@ -310,4 +291,18 @@ func TestLongSharingKeyIsRefused(t *testing.T) {
 			"the victim got no address, or the long key reached the pool")
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(lbReason(ctx, attacker, "long")).To(Equal(lbv1alpha1.SharingKeyTooLongReason))
+}
+
+// grantedPool creates the cluster admin's IPAddressPool name of addresses
+// cidr, granted to namespaces only, and deletes it when the test ends.
+func grantedPool(t *testing.T, name, cidr string, namespaces ...string) *lbv1alpha1.IPAddressPool {
+	t.Helper()
+	pool := &lbv1alpha1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: lbv1alpha1.IPAddressPoolSpec{Addresses: []string{cidr},
+			ServiceAllocation: &lbv1alpha1.ServiceAllocation{Namespaces: namespaces}}}
+	if err := env.Client.Create(t.Context(), pool); err != nil {
+		t.Fatalf("creating pool %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(t.Context()), pool) })
+	return pool
 }

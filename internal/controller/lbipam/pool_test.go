@@ -1,14 +1,12 @@
 package lbipam_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,20 +54,6 @@ func TestPoolFillReadsHoldersFromTheCache(t *testing.T) {
 	g.Expect(assignments(t, pool.Name)).To(HaveLen(n), "a holder lost its address during the fill")
 }
 
-// laggingCache is a manager cache that has not seen some Services yet: a
-// Get of one of them is NotFound, whatever the API server holds.
-type laggingCache struct {
-	client.Client
-	unseen map[client.ObjectKey]bool
-}
-
-func (c laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*corev1.Service); ok && c.unseen[key] {
-		return apierrors.NewNotFound(corev1.Resource("services"), key.Name)
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
-}
-
 // TestLaggingCacheKeepsAFreshHolder: a Service the cache has not seen yet
 // (just created; the assignment written by a manager whose cache was
 // ahead) keeps its address when the pool is reconciled: the reconciler
@@ -99,8 +83,11 @@ func TestLaggingCacheKeepsAFreshHolder(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, recreated)).To(Succeed())
 	g.Expect(env.Client.Create(ctx, service(ns, "recreated", "", 80, 1))).To(Succeed())
 
-	r := &lbipam.Reconciler{APIReader: env.Client, DefaultClass: true, Client: laggingCache{Client: env.Client, unseen: map[client.ObjectKey]bool{
-		client.ObjectKeyFromObject(fresh): true, client.ObjectKeyFromObject(gone): true, client.ObjectKeyFromObject(recreated): true}}}
+	cache := testenv.NewStaleClient(env.Client)
+	for _, s := range []*corev1.Service{fresh, gone, recreated} {
+		cache.Hide(s)
+	}
+	r := &lbipam.Reconciler{APIReader: env.Client, DefaultClass: true, Client: cache}
 	_, err := r.ReconcilePool(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(assignments(t, pool.Name)).To(ConsistOf(And(HaveField("Service.Name", "fresh"), HaveField("Service.UID", fresh.UID),

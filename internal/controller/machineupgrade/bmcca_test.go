@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/controller/machineupgrade"
@@ -172,23 +171,6 @@ func TestBMCCAIsNotReadPerConnection(t *testing.T) {
 	}
 }
 
-// staleCache answers a Get of the Secret key with sec, a copy read from
-// the API server before the test changed it: a manager's cache that has
-// not seen the change yet. Everything else is the real client's.
-type staleCache struct {
-	client.Client
-	key types.NamespacedName
-	sec *corev1.Secret
-}
-
-func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if s, ok := obj.(*corev1.Secret); ok && key == c.key {
-		c.sec.DeepCopyInto(s)
-		return nil
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
-}
-
 // A replaced BMC CA is picked up: the new CA is trusted at once (a
 // certificate of an authority the pool does not know makes the controller
 // read the Secret again, once, and retry), and the old one stops being
@@ -202,7 +184,9 @@ func TestBMCCARotationIsPickedUp(t *testing.T) {
 	api, gets := upgradeAPI(t, key)
 	r := &machineupgrade.Reconciler{Client: api.Client, APIReader: api.APIReader, BMCCASecret: key}
 	// stale reads the CA from a cache that never sees the rotation.
-	stale := &machineupgrade.Reconciler{Client: staleCache{Client: api.Client, key: key, sec: before}, APIReader: api.APIReader, BMCCASecret: key}
+	staleCache := testenv.NewStaleClient(api.Client)
+	staleCache.Pin(before, time.Time{})
+	stale := &machineupgrade.Reconciler{Client: staleCache, APIReader: api.APIReader, BMCCASecret: key}
 	g.Expect(dial(ctx, r, oldBMC)).To(Succeed())
 	g.Expect(dial(ctx, stale, oldBMC)).To(Succeed())
 

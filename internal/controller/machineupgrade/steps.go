@@ -125,11 +125,8 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		// A power cycle whose BMC stopped between its off and its on (the
 		// manager serving it was stopped) leaves the machine off: press the
 		// power button, once it has been off for BootKick.
-		kick := func() bool {
-			return m.EffectivePowerState() == machinev1alpha1.PowerOff && m.Status.PowerState == machinev1alpha1.PowerOff && s.now.Sub(mp.StepStarted.Time) > r.BootKick
-		}
 		back, why, err := r.cameBack(ctx, u, m)
-		if err != nil || back || kick() {
+		if err != nil || back || r.kickDue(s, mp, m) {
 			// The cached copy may be behind (the image write not seen yet,
 			// the machine on again): what the step acts on is confirmed on
 			// the Machine as stored. Waiting on a stale copy costs nothing:
@@ -144,7 +141,7 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 			return back, "", err
 		}
 		s.waiting = append(s.waiting, "Machine "+m.Name+": "+why)
-		if kick() {
+		if r.kickDue(s, mp, m) {
 			if err := r.redfishReset(ctx, s, m, "On"); err != nil {
 				return false, "", err
 			}
@@ -164,6 +161,16 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		return ok, msg, err
 	}
 	return false, "", fmt.Errorf("unknown step %q", mp.Step)
+}
+
+// kickDue says whether a Machine waiting to boot should get its power
+// button pressed: its spec asks for Off and its status reports Off (a
+// power cycle stopped between its off and its on), and its step started
+// more than BootKick ago. m is the copy the caller read last (cached, or
+// confirmed past the cache), so the answer follows the re-read.
+func (r *Reconciler) kickDue(s *scope, mp *upgradev1alpha1.MachineProgress, m *machinev1alpha1.Machine) bool {
+	return m.EffectivePowerState() == machinev1alpha1.PowerOff && m.Status.PowerState == machinev1alpha1.PowerOff &&
+		s.now.Sub(mp.StepStarted.Time) > r.BootKick
 }
 
 // machineNode returns the Machine's Node (status.nodeRef, checked against
