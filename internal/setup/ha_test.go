@@ -163,9 +163,10 @@ func haConfigMaps(n int, v string) map[string]string {
 // TestPausedLeaderNeverWritesAfterTakeover: the leader is frozen with
 // SIGSTOP in the middle of applying a revision; the other replica takes the
 // Lease and finishes the revision; the frozen one, resumed with SIGCONT,
-// may try to carry on (the log counts the writes the fence refused) but
-// sends no write, and exits because it lost the Lease. Without the fence its
-// resumed workers write stale objects over the new leader's.
+// carries on and the fence refuses its writes (the test asserts, from its
+// log, that at least one was refused); it sends no write and exits because
+// it lost the Lease. Without the fence its resumed workers write stale
+// objects over the new leader's.
 func TestPausedLeaderNeverWritesAfterTakeover(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -235,6 +236,15 @@ func TestPausedLeaderNeverWritesAfterTakeover(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the resumed replica did not step down")
 	}
+	// The fence must have been exercised: the resumed workers carried on
+	// with the frozen revision and at least one of their writes was
+	// refused. Without that, the run shows only that the resumed process
+	// exited before it wrote, not that the fence stops it.
+	log, err := os.ReadFile(filepath.Join(h.dir, leader.Name+".log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	fenced := strings.Count(string(log), "write fence")
+	t.Logf("fenced write attempts logged by the resumed replica: %d", fenced)
+	g.Expect(fenced).To(BeNumerically(">", 0), "the fence refused no write of the resumed replica: it was not exercised")
 	// Every write that reached the API server after the resume passed the
 	// fence before the freeze: it was in flight (between the fence and the
 	// socket) when SIGSTOP landed, which no client-side fence can prevent
@@ -247,10 +257,6 @@ func TestPausedLeaderNeverWritesAfterTakeover(t *testing.T) {
 			w.Method, w.Path, w.FenceChecked.Format(time.RFC3339Nano), frozen.Format(time.RFC3339Nano))
 	}
 	t.Logf("writes in flight at the freeze that landed after the resume: %d", len(writes))
-	log, _ := os.ReadFile(filepath.Join(h.dir, leader.Name+".log"))
-	// The resumed process races its own exit (leader election lost) with
-	// its workers: say whether the fence was exercised in this run.
-	t.Logf("fenced write attempts logged by the resumed replica: %d", strings.Count(string(log), "write fence"))
 	g.Expect(countValue(t, g, ns, v)).To(Equal(n))
 
 	// A clean shutdown releases the Lease at once: right after the
