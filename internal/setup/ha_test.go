@@ -163,9 +163,10 @@ func haConfigMaps(n int, v string) map[string]string {
 // TestPausedLeaderNeverWritesAfterTakeover: the leader is frozen with
 // SIGSTOP in the middle of applying a revision; the other replica takes the
 // Lease and finishes the revision; the frozen one, resumed with SIGCONT,
-// may try to carry on (the log counts the writes the fence refused) but
-// sends no write, and exits because it lost the Lease. Without the fence its
-// resumed workers write stale objects over the new leader's.
+// carries on and the fence refuses its writes (the test asserts, from its
+// log, that at least one was refused); it sends no write and exits because
+// it lost the Lease. Without the fence its resumed workers write stale
+// objects over the new leader's.
 func TestPausedLeaderNeverWritesAfterTakeover(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -235,6 +236,15 @@ func TestPausedLeaderNeverWritesAfterTakeover(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the resumed replica did not step down")
 	}
+	// The fence must have been exercised: the resumed workers carried on
+	// with the frozen revision and at least one of their writes was
+	// refused. Without that, the run shows only that the resumed process
+	// exited before it wrote, not that the fence stops it.
+	log, err := os.ReadFile(filepath.Join(h.dir, leader.Name+".log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	fenced := strings.Count(string(log), "write fence")
+	t.Logf("fenced write attempts logged by the resumed replica: %d", fenced)
+	g.Expect(fenced).To(BeNumerically(">", 0), "the fence refused no write of the resumed replica: it was not exercised")
 	// Every write that reached the API server after the resume passed the
 	// fence before the freeze: it was in flight (between the fence and the
 	// socket) when SIGSTOP landed, which no client-side fence can prevent
@@ -247,10 +257,6 @@ func TestPausedLeaderNeverWritesAfterTakeover(t *testing.T) {
 			w.Method, w.Path, w.FenceChecked.Format(time.RFC3339Nano), frozen.Format(time.RFC3339Nano))
 	}
 	t.Logf("writes in flight at the freeze that landed after the resume: %d", len(writes))
-	log, _ := os.ReadFile(filepath.Join(h.dir, leader.Name+".log"))
-	// The resumed process races its own exit (leader election lost) with
-	// its workers: say whether the fence was exercised in this run.
-	t.Logf("fenced write attempts logged by the resumed replica: %d", strings.Count(string(log), "write fence"))
 	g.Expect(countValue(t, g, ns, v)).To(Equal(n))
 
 	// A clean shutdown releases the Lease at once: right after the
@@ -329,8 +335,10 @@ func TestShardsElectTheirOwnLeaders(t *testing.T) {
 }
 
 // TestLeaderKillsDuringApplyAndPruneLoseNothing: a revision changes 150
-// objects, adds 60 and removes 60; the leading process is SIGKILLed three
-// times, during the apply and during the prune, and replaced each time.
+// objects, adds 60 and removes 60; the leading process is SIGKILLed during
+// the apply (twice) and during the prune, and replaced each time; the test
+// asserts from the objects that at least one kill landed mid-apply and one
+// mid-prune (a kill that came too late is retried, at most 3 times).
 // The final set equals the revision, and no object the revision keeps is
 // ever deleted (a watch sees every DELETE).
 func TestLeaderKillsDuringApplyAndPruneLoseNothing(t *testing.T) {
@@ -396,25 +404,54 @@ func TestLeaderKillsDuringApplyAndPruneLoseNothing(t *testing.T) {
 		}
 		return k
 	}
-	for i, phase := range []string{"apply", "apply", "prune"} {
+	// Each kill must land inside its phase, shown by the objects: the
+	// phase has made progress since the previous kill (so the leader being
+	// killed is at work in it), and right after the process is gone the
+	// phase is still unfinished (the revision's objects are not all at v2,
+	// or not all removed ones pruned). No other replica writes in between:
+	// the killed leader's Lease has to expire first. A kill that came too
+	// late for its phase is tried again, a bounded number of times; the
+	// test fails unless at least one kill landed mid-apply and one
+	// mid-prune.
+	progress := map[string]func() int{"apply": func() int { return countValue(t, g, ns, "2") }, "prune": gone}
+	total := map[string]int{"apply": n, "prune": churn}
+	landed := map[string]int{}
+	kills := 0
+	killIn := func(phase string) {
+		before := progress[phase]()
 		testenv.Eventually(g, func(g Gomega) {
-			if phase == "apply" {
-				g.Expect(countValue(t, g, ns, "2")).To(BeNumerically(">", 0))
-			} else {
-				g.Expect(gone()).To(BeNumerically(">", 0))
-			}
+			p := progress[phase]()
+			g.Expect(p > before || p == total[phase]).To(BeTrue(), "no progress in the %s since the last kill", phase)
 		}).WithPolling(5 * time.Millisecond).WithTimeout(3 * time.Minute).Should(Succeed())
 		leader, err := replicas.Leader(t.Context(), env.Client, "default", h.lease(), time.Minute, rs...)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(leader.Signal(syscall.SIGKILL)).To(Succeed())
-		t.Logf("kill %d (%s) of %s: %d objects at v2, %d of %d pruned", i+1, phase, leader.Name, countValue(t, g, ns, "2"), gone(), churn)
 		<-leader.Exited()
+		after := progress[phase]()
+		kills++
+		in := after < total[phase]
+		if in {
+			landed[phase]++
+		}
+		t.Logf("kill %d (%s) of %s: %d objects at v2, %d of %d pruned; mid-%s: %v", kills, phase, leader.Name, countValue(t, g, ns, "2"), gone(), churn, phase, in)
 		for j, r := range rs {
 			if r == leader {
-				rs[j] = h.start(t, fmt.Sprintf("k%d", i+2))
+				rs[j] = h.start(t, fmt.Sprintf("k%d", kills+1))
 			}
 		}
 	}
+	for _, phase := range []string{"apply", "apply", "prune"} {
+		if progress[phase]() < total[phase] {
+			killIn(phase)
+		}
+	}
+	for _, phase := range []string{"apply", "prune"} {
+		for try := 0; landed[phase] == 0 && progress[phase]() < total[phase] && try < 3; try++ {
+			killIn(phase)
+		}
+	}
+	g.Expect(landed["apply"]).To(BeNumerically(">", 0), "no kill landed while an apply was in progress")
+	g.Expect(landed["prune"]).To(BeNumerically(">", 0), "no kill landed while a prune was in progress")
 	waitSyncRevision(t, g, ns, "app", h2)
 	l := &corev1.ConfigMapList{}
 	g.Expect(env.Client.List(t.Context(), l, client.InNamespace(ns))).To(Succeed())

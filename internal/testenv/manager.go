@@ -18,6 +18,15 @@ import (
 // because of the cancel); it also runs at the end of the test.
 func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (stop func() error) {
 	t.Helper()
+	_, stop = e.StartConverge(t, adjust, nil)
+	return stop
+}
+
+// StartConverge is StartManager that also hands the test what setup.New
+// built; before, when not nil, runs on it before the manager starts (to add
+// a runnable that tells the test the manager is running, say).
+func (e *Environment) StartConverge(t testing.TB, adjust func(*setup.Options), before func(*setup.Converge) error) (cv *setup.Converge, stop func() error) {
+	t.Helper()
 	o := setup.DefaultOptions()
 	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
 	o.Webhook.Disabled = true
@@ -32,6 +41,12 @@ func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (s
 	if err != nil {
 		cancel()
 		t.Fatalf("building a manager: %v", err)
+	}
+	if before != nil {
+		if err := before(cv); err != nil {
+			cancel()
+			t.Fatalf("preparing the manager: %v", err)
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- cv.Manager.Start(ctx) }()
@@ -49,5 +64,5 @@ func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (s
 		return result
 	}
 	t.Cleanup(func() { _ = stop() })
-	return stop
+	return cv, stop
 }

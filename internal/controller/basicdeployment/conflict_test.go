@@ -25,9 +25,16 @@ import (
 // controllers' own patches do meet conflicts (counted, not assumed), the
 // rollout still converges within its bounds, and the other writer's changes
 // are kept.
+//
+// Not parallel, on purpose: the conflicts are counted from a process-wide
+// counter (client-go's), so the test takes its deltas while it is the only
+// test of this process running. A sequential top-level test never overlaps
+// another: the parallel ones wait until every sequential one has returned,
+// and the sequential ones run one by one. The count shows that the
+// controllers' writes meet conflicts, not that the storm caused each one:
+// a run with the storm writing nothing still counted 3.
 func TestConflictStorm(t *testing.T) {
 	testenv.Need(t, env)
-	t.Parallel()
 	g := NewWithT(t)
 	ctx := t.Context()
 	ns := env.NewNamespace(t)
@@ -76,7 +83,9 @@ func TestConflictStorm(t *testing.T) {
 	})
 	// The controllers write with PATCH (optimistic lock on the children's
 	// scale, status patches); the storm and the test write with PUT, so the
-	// PATCH 409s client-go counts in this process are the controllers'.
+	// PATCH 409s client-go counts in this process are the controllers', and,
+	// no other test running, the ones counted from here on are met on this
+	// test's objects.
 	before := patchConflicts(g)
 	setImage(ctx, g, d, "nginx:2")
 	g.Eventually(func() float64 { return patchConflicts(g) - before }).
