@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
@@ -25,11 +26,12 @@ var (
 	converge string // the built binary
 )
 
-// The SQL instance, Database and PKI controllers run against a real API
+// The SQL instance, Database, PKI and workloads controllers run against a real API
 // server; the verbs are run through the built binary, as a person runs them.
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
-		o.Controllers = []string{"postgresinstance", "database", "issuer", "clusterissuer", "certificate", "certificaterequest"}
+		o.Controllers = []string{"postgresinstance", "database", "issuer", "clusterissuer", "certificate", "certificaterequest",
+			"basicdeployment", "basicreplicaset"}
 	}}, &env))
 }
 
@@ -239,6 +241,53 @@ spec: {selfSigned: {}}
 	out, code = cv(t, kc, ns, "why", "frobnicator/x")
 	g.Expect(code).To(Equal(1), out)
 	g.Expect(out).To(ContainSubstring(`unknown kind "frobnicator"`))
+}
+
+// TestWhyBasicDeploymentFollowsWhatItOwns: a BasicDeployment whose Pod
+// never starts (this control plane runs no scheduler and no kubelet, as a
+// cluster with no room for it). why on the BasicDeployment follows "owns"
+// down through its BasicReplicaSet to the Pod, names the Pod as the root
+// cause and exits 2; tree lists the three levels; tree --up on the Pod
+// finds its owners.
+func TestWhyBasicDeploymentFollowsWhatItOwns(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: workloads.converge.dev/v1alpha1
+kind: BasicDeployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: nginx, image: nginx:1.27}]}
+`)
+	kc := env.KubeconfigPath
+	var out string
+	testenv.Eventually(g, func(g Gomega) {
+		var code int
+		out, code = cv(t, kc, ns, "why", "bd/web")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(ContainSubstring("BasicDeployment/web in " + ns + " is InProgress"))
+		g.Expect(out).To(MatchRegexp(`owns BasicReplicaSet/web-\S+`))
+		g.Expect(out).To(MatchRegexp(`owns Pod/web-\S+`))
+		g.Expect(out).To(MatchRegexp(`Root cause: Pod/web-\S+ in ` + ns + ` is InProgress \(PodPending\)`))
+		g.Expect(out).To(MatchRegexp(`Next: kubectl -n ` + ns + ` describe pod web-\S+`))
+	}).Should(Succeed())
+	t.Logf("why bd/web:\n%s", out)
+
+	tree, code := cv(t, kc, ns, "tree", "bd/web")
+	g.Expect(code).To(Equal(0), tree)
+	g.Expect(tree).To(And(ContainSubstring("BasicDeployment/web"), MatchRegexp(`└─owns BasicReplicaSet/web-`), MatchRegexp(`└─owns Pod/web-`)))
+
+	pods := &corev1.PodList{}
+	g.Expect(env.Client.List(t.Context(), pods, client.InNamespace(ns))).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	up, code := cv(t, kc, ns, "tree", "--up", "pod/"+pods.Items[0].Name)
+	g.Expect(code).To(Equal(0), up)
+	g.Expect(up).To(And(MatchRegexp(`owned by BasicReplicaSet/web-`), ContainSubstring("owned by BasicDeployment/web")))
 }
 
 // TestWhyAsTenantSeesForbiddenNotTheOtherNamespace: a tenant's Certificate
