@@ -1,6 +1,8 @@
 package security
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,9 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/testenv"
 )
 
 // A tenant deleting its Machine drains the Machine's Node, and a Pod of
@@ -118,3 +123,64 @@ func TestMachineDrainNamesNoOtherNamespacesPod(t *testing.T) {
 
 // readEvents is the built-in edit role's (through view) reading of Events.
 var readEvents = rbacv1.PolicyRule{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}}
+
+// A CA ClusterIssuer signs for every namespace. A tenant asking it for a CA
+// certificate (a CertificateRequest with isCA: true) would hold a CA under
+// the cluster's, and mint, offline, certificates for any name that every
+// namespace trusting that CA accepts. The request is refused naming
+// spec.isCA (InvalidRequest, final); a leaf from the same ClusterIssuer is
+// still issued.
+func TestClusterIssuerSignsNoTenantCA(t *testing.T) {
+	tn := newTenant(t)
+	g := NewWithT(t)
+	ctx := t.Context()
+	const clusterNS = "converge-system" // the chart's --cluster-resource-namespace
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterNS}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	sec := caSecret(t, clusterNS, "cluster-ca-"+tn.NS)
+	g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+	ci := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "cluster-ca-" + tn.NS},
+		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: sec.Name}}}
+	g.Expect(env.Client.Create(ctx, ci)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, ci); _ = env.Client.Delete(ctx, sec) })
+
+	request := func(name string, isCA bool) *pkiv1alpha1.CertificateRequest {
+		key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
+		g.Expect(err).NotTo(HaveOccurred())
+		csr, err := pki.BuildCSR(&pkiv1alpha1.CertificateSpec{CommonName: name, DNSNames: []string{name + "." + tn.NS + ".svc"}}, key)
+		g.Expect(err).NotTo(HaveOccurred())
+		cr := &pkiv1alpha1.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
+			Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IsCA: isCA,
+				IssuerRef: pkiv1alpha1.IssuerReference{Kind: "ClusterIssuer", Name: ci.Name}}}
+		g.Expect(tn.Client.Create(ctx, cr)).To(Succeed())
+		return cr
+	}
+	ready := func(cr *pkiv1alpha1.CertificateRequest) *metav1.Condition {
+		var c *metav1.Condition
+		g.Eventually(func(g Gomega) {
+			g.Expect(tn.Client.Get(ctx, client.ObjectKeyFromObject(cr), cr)).To(Succeed())
+			c = meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).NotTo(Equal(pkiv1alpha1.PendingReason))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		return c
+	}
+
+	sub := request("sub-ca", true)
+	c := ready(sub)
+	g.Expect(c.Status).To(Equal(metav1.ConditionFalse), "a tenant got a CA certificate from the ClusterIssuer")
+	g.Expect(c.Reason).To(Equal(pkiv1alpha1.FailedReason))
+	g.Expect(c.Message).To(ContainSubstring("spec.isCA"))
+	testenv.HasCondition(g, sub.Status.Conditions, pkiv1alpha1.InvalidRequestCondition, metav1.ConditionTrue, pkiv1alpha1.InvalidRequestReason)
+	g.Expect(sub.Status.Certificate).To(BeEmpty())
+
+	leaf := request("leaf", false)
+	c = ready(leaf)
+	g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s", c.Reason, c.Message)
+	b, _ := pem.Decode(leaf.Status.Certificate)
+	g.Expect(b).NotTo(BeNil())
+	crt, err := x509.ParseCertificate(b.Bytes)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(crt.IsCA).To(BeFalse())
+}
