@@ -109,6 +109,43 @@ func Skip(p *corev1.Pod) bool {
 	return false
 }
 
+// OtherNamespace stands for a Pod of a namespace other than the reader's.
+const OtherNamespace = "(a Pod of another namespace)"
+
+// In is r as a reader of namespace ns may see it: Pods of ns by
+// "namespace/name", every other one as OtherNamespace (after ns's own).
+// A Machine's status and Events are read by its namespace's tenant, and its
+// Node may run Pods of other namespaces (tolerating the tenant taint, or
+// bound by nodeName): their names are not the tenant's to read. Evicted
+// keeps the Pods; name them with [Name].
+func (r Result) In(ns string) Result {
+	hide := func(names []string) []string {
+		var own []string
+		others := 0
+		for _, n := range names {
+			if strings.HasPrefix(n, ns+"/") {
+				own = append(own, n)
+			} else {
+				others++
+			}
+		}
+		for range others {
+			own = append(own, OtherNamespace)
+		}
+		return own
+	}
+	return Result{Waiting: hide(r.Waiting), Refused: hide(r.Refused), Evicted: r.Evicted}
+}
+
+// Name is p as a reader of namespace ns may see it: "namespace/name" when
+// p is ns's, else OtherNamespace.
+func Name(ns string, p *corev1.Pod) string {
+	if p.Namespace != ns {
+		return OtherNamespace
+	}
+	return p.Namespace + "/" + p.Name
+}
+
 // JoinNames joins at most limit names, then says how many more there are.
 func JoinNames(names []string, limit int) string {
 	if len(names) > limit {

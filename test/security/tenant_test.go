@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,12 +31,13 @@ type tenant struct {
 
 // newTenant makes a tenant with a fresh namespace, removed after the test.
 // Its ServiceAccount is also what the tenant's Syncs name in
-// serviceAccountName, so they can do exactly what the tenant can.
-func newTenant(t *testing.T) *tenant {
+// serviceAccountName, so they can do exactly what the tenant can. extra are
+// further rules of the built-in edit role a test needs (say, reading Events).
+func newTenant(t *testing.T, extra ...rbacv1.PolicyRule) *tenant {
 	t.Helper()
 	testenv.Need(t, env)
 	ns := env.NewNamespace(t)
-	user := env.GrantTenant(t, ns, tenantSA)
+	user := env.GrantTenant(t, ns, tenantSA, extra...)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})

@@ -241,6 +241,12 @@ func (r *Reconciler) sign(ctx context.Context, cr *pkiv1alpha1.CertificateReques
 	case sp.SelfSigned != nil:
 		return r.signSelf(ctx, cr, csr.PublicKey, tmpl)
 	case sp.CA != nil:
+		if cr.Spec.IsCA && kind == issuerref.ClusterIssuerKind && cr.Namespace != r.ClusterResourceNamespace {
+			// A CA under the cluster's CA would let a namespace mint any
+			// certificate every namespace trusts, offline and unseen.
+			return outcome{reason: pkiv1alpha1.InvalidRequestReason, message: fmt.Sprintf(
+				"spec.isCA: ClusterIssuer %q signs CA certificates only for requests in the cluster resource namespace %s; use a ca or selfSigned Issuer of this namespace for a CA", ref.Name, r.ClusterResourceNamespace)}, nil
+		}
 		ns := issuerref.SecretNamespace(iss, r.ClusterResourceNamespace)
 		var s corev1.Secret
 		if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: sp.CA.SecretName}, &s); err != nil {

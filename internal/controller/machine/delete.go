@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -119,8 +120,15 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (ctrl.Result, bool, er
 		m.Status.Deletion = &machinev1alpha1.MachineDeletionStatus{NodeDrainStartTime: &now}
 	}
 	res, err := drain.Evict(ctx, r.Client, r.APIReader, node.Name)
+	// The Machine's status and Events are its tenant's to read: Pods of
+	// other namespaces on its Node are evicted, never named.
+	res = res.In(m.Namespace)
 	for _, p := range res.Evicted {
-		r.Recorder.Eventf(m, p, corev1.EventTypeNormal, EventEvicted, "Drain", "Evicted Pod %s/%s from Node %s", p.Namespace, p.Name, node.Name)
+		var related runtime.Object
+		if p.Namespace == m.Namespace {
+			related = p
+		}
+		r.Recorder.Eventf(m, related, corev1.EventTypeNormal, EventEvicted, "Drain", "Evicted Pod %s from Node %s", drain.Name(m.Namespace, p), node.Name)
 	}
 	if err != nil {
 		return ctrl.Result{}, false, err

@@ -35,6 +35,15 @@ func TestPDBHoldsTheDrain(t *testing.T) {
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
 	}
 	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	// A Pod of another namespace on the Node is evicted too, and the
+	// upgrade's Events (read in the Machines' namespace) do not name it.
+	other := env.NewNamespace(t)
+	foreign := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "payroll"},
+		Spec: corev1.PodSpec{NodeName: m.Status.NodeRef.Name, Containers: []corev1.Container{{Name: "p", Image: "p"}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
+	}
+	g.Expect(env.Client.Create(ctx, foreign)).To(Succeed())
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1)),
@@ -77,7 +86,12 @@ func TestPDBHoldsTheDrain(t *testing.T) {
 	err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Pod was evicted: %v", err)
 	g.Eventually(func(g Gomega) {
-		g.Expect(events(g, t, ns, "MachineUpgrade", u.Name)).To(ContainElement("Evicted: Machine pdb-0: evicted Pod " + ns + "/db from Node " + node.Name))
+		evs := events(g, t, ns, "MachineUpgrade", u.Name)
+		g.Expect(evs).To(ContainElement("Evicted: Machine pdb-0: evicted Pod " + ns + "/db from Node " + node.Name))
+		g.Expect(evs).To(ContainElement("Evicted: Machine pdb-0: evicted Pod (a Pod of another namespace) from Node " + node.Name))
+		for _, e := range evs {
+			g.Expect(e).NotTo(Or(ContainSubstring(other), ContainSubstring(foreign.Name)), "an Event names another namespace's Pod")
+		}
 	}).WithTimeout(wait).Should(Succeed())
 }
 

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,7 +78,13 @@ func (r *Reconciler) runStep(ctx context.Context, s *scope, mp *upgradev1alpha1.
 		}
 		res, err := drain.Evict(ctx, r.Client, r.APIReader, node.Name)
 		for _, p := range res.Evicted {
-			r.event(s, p, corev1.EventTypeNormal, EventEvicted, "Drain", "Machine %s: evicted Pod %s/%s from Node %s", m.Name, p.Namespace, p.Name, node.Name)
+			// The upgrade's Events are read in the Machines' namespace
+			// (by its tenant): another namespace's Pod is not named there.
+			var related runtime.Object
+			if p.Namespace == m.Namespace {
+				related = p
+			}
+			r.event(s, related, corev1.EventTypeNormal, EventEvicted, "Drain", "Machine %s: evicted Pod %s from Node %s", m.Name, drain.Name(m.Namespace, p), node.Name)
 		}
 		if err != nil {
 			return false, "", err
