@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the controller's name (for --controllers and metrics).
