@@ -2,7 +2,7 @@
 // controller built on controller-runtime does the same way, written once.
 // Converge's own controllers use it, and so can an operator author outside
 // this repository; examples/kitchen in the Converge repository is a
-// complete controller on it in under 100 lines.
+// complete controller on it in 100 lines.
 //
 // What it offers:
 //
