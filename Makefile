@@ -49,7 +49,7 @@ build: ## Build the converge binary into bin/.
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manifests and the chart's copies of them.
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manifests and the chart's copies of them (and examples/kitchen's own).
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook \
 		paths="./api/..." paths="./internal/..." \
@@ -61,6 +61,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manif
 	$(CONTROLLER_GEN) rbac:roleName=machine-agent-role paths="./internal/machineagent/..." \
 		output:rbac:artifacts:config=config/rbac/machineagent
 	hack/sync-chart.sh
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./examples/kitchen/api/..."
+	$(CONTROLLER_GEN) rbac:roleName=kitchen-manager crd paths="./examples/kitchen/..." \
+		output:crd:artifacts:config=examples/kitchen/config/crd \
+		output:rbac:artifacts:config=examples/kitchen/config/rbac
 
 .PHONY: images
 images: ## Build the QemuMachine test image (Debian cloud kernel + busybox initramfs) into the image cache ($$CONVERGE_IMAGE_CACHE or ~/.cache/converge/images).

@@ -18,7 +18,7 @@ import (
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbdataplane"
 	"github.com/converge-dev/converge/internal/netns"
-	"github.com/converge-dev/converge/internal/reconcile"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // probeJob asks for one Service to be probed through its address.

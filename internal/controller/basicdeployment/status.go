@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // computeStatus sums the children's status into the parent's and sets the

@@ -33,8 +33,8 @@ import (
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/issuerref"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers.

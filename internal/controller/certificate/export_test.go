@@ -6,7 +6,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // NewUntrackedReconciler is a Reconciler a test drives by hand: it reads

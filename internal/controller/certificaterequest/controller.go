@@ -32,7 +32,7 @@ import (
 	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers.

@@ -46,9 +46,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.

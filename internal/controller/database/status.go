@@ -10,8 +10,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // scope holds what one reconcile observed and did.

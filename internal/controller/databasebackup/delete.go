@@ -18,9 +18,9 @@ import (
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/pkg/contract/databaseinstance"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // reconcileDelete takes the dump (or finds it taken) and then releases the

@@ -17,9 +17,9 @@ import (
 	"github.com/converge-dev/converge/internal/dhcp/dhcptest"
 	"github.com/converge-dev/converge/internal/localcp"
 	"github.com/converge-dev/converge/internal/qemu"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 func pool(ns, name, network, prefix string, lease int32) *dhcpv1alpha1.IPPool {

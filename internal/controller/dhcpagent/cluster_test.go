@@ -29,10 +29,10 @@ import (
 	"github.com/converge-dev/converge/internal/dhcp/dhcptest"
 	"github.com/converge-dev/converge/internal/localcp"
 	"github.com/converge-dev/converge/internal/netns"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // agentProc is one `converge agent dhcp` process.

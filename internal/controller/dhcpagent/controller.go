@@ -44,7 +44,7 @@ import (
 	"github.com/converge-dev/converge/internal/ippool"
 	"github.com/converge-dev/converge/internal/netns"
 	"github.com/converge-dev/converge/internal/qemu"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.

@@ -31,8 +31,8 @@ import (
 	"github.com/converge-dev/converge/internal/dhcp/dhcptest"
 	"github.com/converge-dev/converge/internal/netns"
 	"github.com/converge-dev/converge/internal/qemu"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 func bootPool(ns, name, network, prefix string) *dhcpv1alpha1.IPPool {

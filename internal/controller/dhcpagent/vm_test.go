@@ -13,8 +13,8 @@ import (
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	"github.com/converge-dev/converge/internal/qemu"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // A real VM (QEMU; TCG without /dev/kvm) whose NIC is a tap on the

@@ -27,7 +27,7 @@ import (
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/git"
 	gitopsspec "github.com/converge-dev/converge/internal/gitops/spec"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // scope holds what one reconciliation observed.

@@ -18,9 +18,9 @@ import (
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/dhcp"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 func newPool(ns, name, network, cidr, start, end string) *dhcpv1alpha1.IPPool {

@@ -5,7 +5,7 @@ import (
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	"github.com/converge-dev/converge/internal/ippool"
-	"github.com/converge-dev/converge/internal/reconcile"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // poolStatus recomputes a pool's counts, Ready and Exhausted from its

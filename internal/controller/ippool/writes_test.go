@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // writes sums client-go's rest_client_requests_total over the methods that

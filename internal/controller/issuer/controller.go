@@ -29,8 +29,8 @@ import (
 	"github.com/converge-dev/converge/internal/acme"
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/secretcache"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // Controller names, used with --controllers.

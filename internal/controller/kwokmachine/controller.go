@@ -32,8 +32,8 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	machinespec "github.com/converge-dev/converge/internal/machine/spec"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the controller's name.

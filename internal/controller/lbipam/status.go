@@ -11,7 +11,7 @@ import (
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbipam"
-	"github.com/converge-dev/converge/internal/reconcile"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // allocatorReasons are the LoadBalancerReady reasons this controller owns;

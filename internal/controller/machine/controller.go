@@ -17,8 +17,8 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	machinespec "github.com/converge-dev/converge/internal/machine/spec"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the controller's name (for --controllers and metrics).

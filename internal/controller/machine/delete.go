@@ -19,8 +19,8 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/drain"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // drainPoll is how often a drain in progress is looked at again.

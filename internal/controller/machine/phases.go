@@ -19,9 +19,9 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	machinespec "github.com/converge-dev/converge/internal/machine/spec"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 	contract "github.com/converge-dev/converge/pkg/contract/infrastructuremachine"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // scope holds what one reconcile read and observed; status.go turns it into

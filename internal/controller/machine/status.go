@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 func setCondition(m *machinev1alpha1.Machine, typ string, status metav1.ConditionStatus, reason, msg string) {

@@ -36,7 +36,7 @@ import (
 	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/bmc/ipmi"
 	"github.com/converge-dev/converge/internal/netns"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the controller's name.

@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // computeStatus turns the observations on s into status and conditions.

@@ -9,7 +9,7 @@ import (
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 func TestComputeStatus(t *testing.T) {

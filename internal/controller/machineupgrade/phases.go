@@ -20,9 +20,9 @@ import (
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/upgradecheck"
 	"github.com/converge-dev/converge/internal/upgradeoverlap"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 func metav1LabelSelectorAsSelector(u *upgradev1alpha1.MachineUpgrade) (labels.Selector, error) {

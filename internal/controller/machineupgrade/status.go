@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // computeStatus derives phase, done, currentStep and the conditions from

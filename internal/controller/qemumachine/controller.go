@@ -27,7 +27,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 	"github.com/converge-dev/converge/internal/qemu"
-	creconcile "github.com/converge-dev/converge/internal/reconcile"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the controller's name.

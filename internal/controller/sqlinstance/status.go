@@ -5,7 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
-	"github.com/converge-dev/converge/internal/reconcile"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // scope holds what one reconcile observed.

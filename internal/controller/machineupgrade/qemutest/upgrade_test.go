@@ -25,8 +25,8 @@ import (
 	"github.com/converge-dev/converge/internal/controller/dhcpagent"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/qemu/netboottest"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // boot bounds one TCG network boot (3-7 s on 2 idle cores; more when the

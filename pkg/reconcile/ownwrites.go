@@ -143,7 +143,8 @@ func (w *OwnWrites) doneLocked(key types.NamespacedName, p ownWrite, now time.Ti
 	return p.rv <= w.observed[key.Namespace] || now.Sub(p.at) > w.ttl
 }
 
-// Pending is the number of writes the cache has not shown yet.
+// Pending is the number of writes the cache has not shown yet (for metrics
+// and tests).
 func (w *OwnWrites) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
-	"github.com/converge-dev/converge/internal/reconcile"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 var env *testenv.Environment

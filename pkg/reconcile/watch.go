@@ -14,9 +14,13 @@ import (
 )
 
 // KindWatcher starts a controller's watch on a kind it learns about only at
-// run time (a provider kind named in an API contract reference), once per
-// kind, as unstructured objects through the manager's cache. Safe for
-// concurrent reconciles.
+// run time, once per kind, as unstructured objects through the manager's
+// cache: a kind named by a reference in the spec (apiVersion and kind of a
+// provider object that implements a written API contract), whose Go type the
+// controller does not import. Take one in SetupWithManager, from the
+// controller.Controller that Build returns, and call [KindWatcher.Watch]
+// from Reconcile when a reference names a kind. Safe for concurrent
+// reconciles.
 type KindWatcher struct {
 	ctrl    controller.Controller
 	cache   cache.Cache
@@ -27,7 +31,8 @@ type KindWatcher struct {
 }
 
 // NewKindWatcher returns a watcher that adds watches to c from cache, each
-// queueing what mapFunc returns for a changed object.
+// queueing the requests mapFunc returns for a changed object (typically the
+// objects that reference it).
 func NewKindWatcher(c controller.Controller, cache cache.Cache, mapFunc handler.MapFunc) *KindWatcher {
 	return &KindWatcher{ctrl: c, cache: cache, mapFunc: mapFunc, watched: map[schema.GroupVersionKind]bool{}}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/converge-dev/converge/internal/reconcile"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // TestTruncate: short text is kept as is; long text is cut to the bound,
