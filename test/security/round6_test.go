@@ -1,6 +1,7 @@
 package security
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"strings"
@@ -46,29 +47,15 @@ func TestMachineDrainNamesNoOtherNamespacesPod(t *testing.T) {
 	// The victim's Pod on the tenant's Node (created by the admin: bound
 	// by nodeName, tolerating the taint). No kubelet here: evicted, it
 	// stays Terminating, so the drain waits on it.
-	secret := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: victim.NS, Name: "payroll-export-7f9c"},
-		Spec: corev1.PodSpec{
-			NodeName:    node,
-			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:  []corev1.Container{{Name: "c", Image: "busybox"}},
-		},
-	}
+	secret := podOnNode(victim.NS, "payroll-export-7f9c", node)
 	g.Expect(env.Client.Create(ctx, secret)).To(Succeed())
 	t.Cleanup(func() {
 		// Let the drain finish so that the Machine goes with the test.
-		_ = env.Client.Delete(ctx, secret, client.GracePeriodSeconds(0))
+		_ = env.Client.Delete(context.WithoutCancel(ctx), secret, client.GracePeriodSeconds(0))
 	})
-	own := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: attacker.NS, Name: "mine"},
-		Spec: corev1.PodSpec{
-			NodeName:    node,
-			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:  []corev1.Container{{Name: "c", Image: "busybox"}},
-		},
-	}
+	own := podOnNode(attacker.NS, "mine", node)
 	g.Expect(attacker.Client.Create(ctx, own)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, own, client.GracePeriodSeconds(0)) })
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), own, client.GracePeriodSeconds(0)) })
 
 	g.Expect(attacker.Client.Delete(ctx, m)).To(Succeed())
 	leaks := func(s string) bool {
@@ -143,7 +130,11 @@ func TestClusterIssuerSignsNoTenantCA(t *testing.T) {
 	ci := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "cluster-ca-" + tn.NS},
 		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: sec.Name}}}
 	g.Expect(env.Client.Create(ctx, ci)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, ci); _ = env.Client.Delete(ctx, sec) })
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_ = env.Client.Delete(ctx, ci)
+		_ = env.Client.Delete(ctx, sec)
+	})
 
 	request := func(name string, isCA bool) *pkiv1alpha1.CertificateRequest {
 		key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
@@ -183,4 +174,17 @@ func TestClusterIssuerSignsNoTenantCA(t *testing.T) {
 	crt, err := x509.ParseCertificate(b.Bytes)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(crt.IsCA).To(BeFalse())
+}
+
+// podOnNode is a Pod of namespace ns bound to node by nodeName and
+// tolerating every taint (so the tenant taint does not keep it off).
+func podOnNode(ns, name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:  []corev1.Container{{Name: "c", Image: "busybox"}},
+		},
+	}
 }
