@@ -118,4 +118,20 @@ func TestVerbsThroughTheBinary(t *testing.T) {
 	out, code = e.run(t, "version")
 	g.Expect(code).To(Equal(0), out)
 	g.Expect(out).NotTo(BeEmpty())
+
+	get := func(args ...string) string {
+		t.Helper()
+		out, err := e.kubectl(t, append([]string{"-n", "verbs", "get"}, args...)...)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		return out
+	}
+	apply := func(yaml string) {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "obj.yaml")
+		g.Expect(os.WriteFile(f, []byte(yaml), 0o600)).To(Succeed())
+		out, err := e.kubectl(t, "-n", "verbs", "apply", "-f", f)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
+	verbsSuccess(t, e, root, cv, ok, get, apply)
 }
+
