@@ -28,6 +28,14 @@ FUZZ_TARGETS = ./internal/gitops/render:FuzzConfinedRead ./internal/gitops/rende
 	./internal/sqlengine:FuzzIdentifierOnServers ./internal/sqlengine:FuzzQuoteOnServers \
 	./internal/dhcp:FuzzHandle ./internal/bmc/ipmi:FuzzDecodePacket ./internal/bmc/ipmi:FuzzServer
 
+# The packages `make mutate` measures: those of docs/testing.md's mutation
+# table whose tests need no control plane (`make mutate MUTATE_PKGS=./internal/expr`
+# for one).
+MUTATE_PKGS ?= ./internal/webhook/gitops ./internal/webhook/bmc ./internal/webhook/dhcp ./internal/webhook/lb \
+	./internal/webhook/machine ./internal/webhook/pki ./internal/webhook/sql ./internal/webhook/upgrade \
+	./internal/webhook/workloads ./internal/expr ./internal/gitops/render ./internal/gitops/artifact
+MUTATE_TIMEOUT ?= 2m
+
 .DEFAULT_GOAL := help
 
 ##@ General
@@ -97,6 +105,19 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s): the confined render fi
 		echo "fuzz: $$name ($$dir, $(FUZZTIME))"; \
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
 	done
+
+.PHONY: mutate
+mutate: ## Mutation-test MUTATE_PKGS with hack/mutate (hours on 2 cores): survivors and timeouts as found, then one summary line per package with the commit, for docs/testing.md.
+	@commit=$$(git rev-parse --short HEAD); \
+	if [ -n "$$(git status --porcelain -- $(MUTATE_PKGS))" ]; then commit="$$commit+uncommitted changes"; fi; \
+	go build -o $(BIN)/mutate ./hack/mutate; \
+	summary=(); \
+	for p in $(MUTATE_PKGS); do \
+		echo "mutate: $$p"; \
+		line=$$(CONVERGE_SKIP_ENVTEST=1 $(BIN)/mutate -pkg $$p -timeout $(MUTATE_TIMEOUT) | tee /dev/stderr | tail -n 1) || exit 1; \
+		summary+=("$$line on $$commit"); \
+	done; \
+	echo; printf '%s\n' "$${summary[@]}"
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no control plane.

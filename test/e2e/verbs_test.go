@@ -134,4 +134,3 @@ func TestVerbsThroughTheBinary(t *testing.T) {
 	}
 	verbsSuccess(t, e, root, cv, ok, get, apply)
 }
-
