@@ -444,12 +444,38 @@ type Cause struct {
 // that are not Current, that is not Current while everything it applies,
 // owns and needs is: the path to it, or nil when the root and everything
 // below it is Current. Needs are followed before applies and owns.
+//
+// An object that is not Current while everything directly below it is may
+// still wait on something further down a "needs" path through Current
+// objects: a MachineUpgrade held on a Machine that runs (Current) whose
+// MachineBMC has lost its credentials Secret. Such a path is followed
+// (needs edges only, through Current objects) to the first object that is
+// not Current, and the walk goes on from there; the object itself is the
+// cause only when no such path exists.
 func (g *Graph) RootCause() *Cause {
 	if g.Up {
 		return nil
 	}
 	seen := map[*Node]bool{}
 	var find func(n *Node) []Edge
+	// through follows needs edges from a Current object to the first
+	// object that is not Current, and on down from it.
+	var through func(n *Node) []Edge
+	through = func(n *Node) []Edge {
+		seen[n] = true
+		for _, e := range n.Edges {
+			if e.Why != Needs || seen[e.Node] {
+				continue
+			}
+			if e.Node.Status != Current {
+				return append([]Edge{e}, find(e.Node)...)
+			}
+			if p := through(e.Node); p != nil {
+				return append([]Edge{e}, p...)
+			}
+		}
+		return nil
+	}
 	find = func(n *Node) []Edge {
 		seen[n] = true
 		for _, rel := range []Relation{Needs, Applies, Owns} {
@@ -458,6 +484,17 @@ func (g *Graph) RootCause() *Cause {
 					continue
 				}
 				return append([]Edge{e}, find(e.Node)...)
+			}
+		}
+		if n.Status == Current {
+			return nil
+		}
+		for _, e := range n.Edges {
+			if e.Why != Needs || seen[e.Node] {
+				continue
+			}
+			if p := through(e.Node); p != nil {
+				return append([]Edge{e}, p...)
 			}
 		}
 		return nil
@@ -495,6 +532,21 @@ func Next(n *Node) string {
 		return fmt.Sprintf("kubectl describe %s %s", kind, n.Ref.Name)
 	}
 	return fmt.Sprintf("kubectl -n %s describe %s %s", n.Ref.Namespace, kind, n.Ref.Name)
+}
+
+// Then is the command a person runs on the root once its cause is fixed,
+// when the root is not the cause, has given up (Failed) and its kind has a
+// command of its own: a MachineUpgrade that failed a step on a Machine
+// whose BMC lost its Secret is retried (converge upgrade retry) once the
+// Secret is back. "" otherwise.
+func Then(root, cause *Node) string {
+	if root == cause || root.Status != Failed {
+		return ""
+	}
+	if k := lookup(root.Ref.Group, root.Ref.Kind); k != nil && k.Next != nil {
+		return k.Next(root)
+	}
+	return ""
 }
 
 // ErrNotCurrent is returned by callers (converge why) when the object is

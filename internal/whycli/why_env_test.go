@@ -26,12 +26,14 @@ var (
 	converge string // the built binary
 )
 
-// The SQL instance, Database, PKI and workloads controllers run against a real API
-// server; the verbs are run through the built binary, as a person runs them.
+// The SQL instance, Database, PKI, workloads and machine (Machine, KwokMachine,
+// MachineBMC, MachineUpgrade) controllers run against a real API server, with
+// one kwok node (a KwokMachine's Node becomes Ready); the verbs are run
+// through the built binary, as a person runs them.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
+	os.Exit(testenv.Main(m, testenv.Options{Nodes: 1, Manager: func(o *setup.Options) {
 		o.Controllers = []string{"postgresinstance", "database", "issuer", "clusterissuer", "certificate", "certificaterequest",
-			"basicdeployment", "basicreplicaset"}
+			"basicdeployment", "basicreplicaset", "machine", "kwokmachine", "machinebmc", "machineupgrade"}
 	}}, &env))
 }
 
@@ -360,4 +362,87 @@ spec: {selfSigned: {}}
 	g.Expect(code).To(Equal(2), out)
 	g.Expect(out).To(ContainSubstring("is Forbidden"))
 	g.Expect(out).NotTo(ContainSubstring("Current"))
+}
+
+// TestWhyUpgradeNamesTheBMCsMissingSecret: a MachineUpgrade over one
+// running Machine whose MachineBMC's credentials Secret does not exist. The
+// upgrade cordons and drains the Machine, then cannot power-cycle it and,
+// after its one attempt, fails (StepFailed). The Machine itself runs
+// (Current), yet why on the upgrade follows the needs path through it —
+// upgrade → Machine → MachineBMC (SecretNotFound) → Secret — and names the
+// missing Secret as the root cause, with the command to create it and then
+// converge upgrade retry; tree lists the chain and the Machine's Node.
+func TestWhyUpgradeNamesTheBMCsMissingSecret(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: infrastructure.converge.dev/v1alpha1
+kind: KwokMachine
+metadata: {name: m0}
+---
+apiVersion: machine.converge.dev/v1alpha1
+kind: Machine
+metadata: {name: m0, labels: {pool: why}}
+spec:
+  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: m0}
+  image: v1
+  version: "1.0"
+---
+apiVersion: bmc.converge.dev/v1alpha1
+kind: MachineBMC
+metadata: {name: m0}
+spec: {machineRef: {name: m0}, authSecretRef: {name: m0-bmc}, protocols: [Redfish]}
+`)
+	kc := env.KubeconfigPath
+	// The Machine runs (and is Current) before the upgrade starts.
+	testenv.Eventually(g, func(g Gomega) {
+		out, code := cv(t, kc, ns, "why", "machine/m0")
+		g.Expect(code).To(Equal(0), out)
+	}).Should(Succeed())
+	env.KubectlApply(t, ns, `
+apiVersion: upgrade.converge.dev/v1alpha1
+kind: MachineUpgrade
+metadata: {name: v2}
+spec:
+  selector: {matchLabels: {pool: why}}
+  image: v2
+  version: "2.0"
+  strategy: {maxUnavailable: 1, maxAttempts: 1}
+`)
+	var out string
+	testenv.Eventually(g, func(g Gomega) {
+		var code int
+		out, code = cv(t, kc, ns, "why", "machineupgrade/v2")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(HavePrefix("MachineUpgrade/v2 in " + ns + " is Failed (StepFailed)"))
+		g.Expect(out).To(ContainSubstring("└─needs Machine/m0  Current"))
+		g.Expect(out).To(MatchRegexp(`└─needs MachineBMC/m0  (InProgress|Failed) SecretNotFound`))
+		g.Expect(out).To(ContainSubstring("└─needs Secret/m0-bmc  NotFound"))
+		g.Expect(out).To(ContainSubstring("Root cause: Secret/m0-bmc in " + ns + " is NotFound"))
+	}).Should(Succeed())
+	t.Logf("converge why machineupgrade/v2:\n%s", out)
+	g.Expect(out).To(ContainSubstring("Next: kubectl -n " + ns + " create secret generic m0-bmc"))
+	g.Expect(out).To(ContainSubstring("Then: converge upgrade retry v2 -n " + ns))
+
+	tree, code := cv(t, kc, ns, "tree", "upgrade/v2")
+	g.Expect(code).To(Equal(0), tree)
+	t.Logf("converge tree upgrade/v2:\n%s", tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+MachineUpgrade/v2\s+Failed\s+StepFailed`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─needs Machine/m0\s+Current`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+├─needs KwokMachine/m0\s+`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^\s+├─needs Node/\S+\s+Current`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─needs MachineBMC/m0\s+(InProgress|Failed)\s+SecretNotFound`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+  └─needs Secret/m0-bmc\s+NotFound`))
+
+	js, code := cv(t, kc, ns, "why", "machineupgrade/v2", "-o", "json")
+	g.Expect(code).To(Equal(2), js)
+	var ans struct {
+		RootCause struct{ Ref struct{ Kind, Name string } }
+		Next      string
+		Then      string
+	}
+	g.Expect(json.Unmarshal([]byte(js), &ans)).To(Succeed(), js)
+	g.Expect(ans.RootCause.Ref.Kind).To(Equal("Secret"))
+	g.Expect(ans.Then).To(Equal("converge upgrade retry v2 -n " + ns))
 }
