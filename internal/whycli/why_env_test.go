@@ -4,21 +4,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/internal/whycli"
 )
 
 var (
@@ -446,3 +451,70 @@ spec:
 	g.Expect(ans.RootCause.Ref.Kind).To(Equal("Secret"))
 	g.Expect(ans.Then).To(Equal("converge upgrade retry v2 -n " + ns))
 }
+
+// TestTreeReadsSiblingsWithOneList: a Sync whose inventory lists 20
+// ConfigMaps (one of them missing) is read with one LIST of ConfigMaps, not
+// a GET each, and its Events with one LIST for the namespace; the missing
+// one is still NotFound. Requests are counted on the client's transport
+// against the real API server.
+func TestTreeReadsSiblingsWithOneList(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: gitops.converge.dev/v1alpha1
+kind: Sync
+metadata: {name: app}
+spec: {sourceRef: {name: repo}, prune: false, serviceAccountName: deployer}
+`)
+	var inv []string
+	for i := range 20 {
+		name := fmt.Sprintf("cm-%d", i)
+		if i > 0 {
+			g.Expect(env.Client.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
+		}
+		inv = append(inv, `{"version":"v1","kind":"ConfigMap","namespace":"`+ns+`","name":"`+name+`"}`)
+	}
+	patch := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "patch", "sync", "app",
+		"--subresource=status", "--type=merge", "-p", `{"status":{"inventory":[`+strings.Join(inv, ",")+`]}}`)
+	pout, err := patch.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(pout))
+
+	var mu sync.Mutex
+	requests := map[string]int{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			// .../namespaces/NS/RESOURCE[/NAME]: a GET without a name is a LIST.
+			parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+			for i, p := range parts {
+				if p != "namespaces" || i+2 >= len(parts) {
+					continue
+				}
+				verb := r.Method
+				if verb == http.MethodGet && i+3 >= len(parts) {
+					verb = "LIST"
+				}
+				mu.Lock()
+				requests[verb+" "+parts[i+2]]++
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	var out strings.Builder
+	g.Expect(whycli.Tree(t.Context(), c, &out, ns, "sync/app", whycli.Options{})).To(Succeed())
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^` + ns + `\s+├─applies ConfigMap/cm-0\s+NotFound`))
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^` + ns + `\s+└─applies ConfigMap/cm-19\s+Current`))
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(requests).To(HaveKeyWithValue("LIST configmaps", 1), "%v", requests)
+	g.Expect(requests).NotTo(HaveKey("GET configmaps"), "%v", requests)
+	g.Expect(requests).To(HaveKeyWithValue("LIST events", 1), "%v", requests)
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
