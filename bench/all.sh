@@ -29,6 +29,7 @@ CERTIFICATES_RSA_ARGS=${CERTIFICATES_RSA_ARGS:--n 1000 -secrets 0 -algorithm RSA
 DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
 BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
 UPGRADE_ARGS=${UPGRADE_ARGS:--n 100 -max 1,10,25}
+WHY_ARGS=${WHY_ARGS:--nodes 1000 -objects 10000}
 SKIP=${SKIP:-}
 LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
 mkdir -p "$LOGS"
@@ -70,6 +71,7 @@ bench up env RUNS="$UP_RUNS" bench/up.sh
 	bench dhcp go run ./bench/dhcp $DHCP_ARGS
 	bench bmc go run ./bench/bmc $BMC_ARGS
 	bench upgrade go run ./bench/upgrade $UPGRADE_ARGS
+	bench why go run ./bench/why $WHY_ARGS
 }
 
 echo

@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -120,9 +119,21 @@ type walk struct {
 	nodes map[string]*Node
 	// lists caches the lists made for owned and reverse lookups, per
 	// kind and namespace, so reads are bounded by the graph's namespaces.
-	lists     map[string][]unstructured.Unstructured
+	lists map[string][]unstructured.Unstructured
+	// listed holds the objects of the kinds and namespaces listed ahead
+	// (by key), so that many siblings of one kind cost one LIST, not a GET
+	// each; known lists the listKeys they came from.
+	listed map[string]*unstructured.Unstructured
+	known  map[string]bool
+	// events are a namespace's Events by involvedObject.uid, listed once
+	// per namespace (nil when the caller may not list them).
+	evByNS    map[string]map[string][]corev1.Event
 	truncated bool
 }
+
+// prefetchAt is the number of siblings of one kind and namespace from which
+// they are read with one LIST rather than a GET each.
+const prefetchAt = 8
 
 func (b *Builder) newWalk() *walk {
 	if b.MaxNodes == 0 {
@@ -131,7 +142,8 @@ func (b *Builder) newWalk() *walk {
 	if b.Events == 0 {
 		b.Events = 3
 	}
-	return &walk{b: b, nodes: map[string]*Node{}, lists: map[string][]unstructured.Unstructured{}}
+	return &walk{b: b, nodes: map[string]*Node{}, lists: map[string][]unstructured.Unstructured{},
+		listed: map[string]*unstructured.Unstructured{}, known: map[string]bool{}, evByNS: map[string]map[string][]corev1.Event{}}
 }
 
 // Down builds the graph below root: what it applies, owns and needs, and so
@@ -159,7 +171,9 @@ func (b *Builder) build(ctx context.Context, root Ref, up bool) (*Graph, error) 
 	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
-		for _, l := range next(ctx, n) {
+		links := next(ctx, n)
+		w.prefetch(ctx, links)
+		for _, l := range links {
 			if _, seen := w.nodes[w.canon(ctx, l.To).key()]; !seen && len(w.nodes) >= b.MaxNodes {
 				w.truncated = true
 				continue
@@ -206,14 +220,60 @@ func (w *walk) get(ctx context.Context, r Ref) (*Node, bool) {
 	return w.node(ctx, r), true
 }
 
-// node reads r and computes its status.
+// prefetch lists, once per walk, each kind and namespace of which links
+// name prefetchAt or more objects not yet read: a Sync's inventory of 1,000
+// objects is read with a LIST per kind, not 1,000 GETs. A list that fails
+// (not allowed, not served) leaves those objects to their own GETs.
+func (w *walk) prefetch(ctx context.Context, links []Link) {
+	count := map[string]int{}
+	refs := map[string]Ref{}
+	for _, l := range links {
+		r := w.canon(ctx, l.To)
+		if _, seen := w.nodes[r.key()]; seen || r.Version == "" {
+			continue
+		}
+		k := listKey(r.GVK(), r.Namespace)
+		count[k]++
+		refs[k] = r
+	}
+	for k, c := range count {
+		if c < prefetchAt || w.known[k] {
+			continue
+		}
+		r := refs[k]
+		items := w.list(ctx, r.GVK(), r.Namespace)
+		if items == nil && !w.listedOK(k) {
+			continue
+		}
+		w.known[k] = true
+		for i := range items {
+			w.listed[refOf(&items[i]).key()] = &items[i]
+		}
+	}
+}
+
+// listedOK is true when the list of key was made and answered.
+func (w *walk) listedOK(key string) bool {
+	l, ok := w.lists[key]
+	return ok && l != nil
+}
+
+// node reads r (from a list made ahead when there is one) and computes its
+// status.
 func (w *walk) node(ctx context.Context, r Ref) *Node {
 	r = w.canon(ctx, r)
 	n := &Node{Ref: r}
 	w.nodes[r.key()] = n
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(r.GVK())
-	err := w.b.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, u)
+	var err error
+	if got, ok := w.listed[r.key()]; ok {
+		u = got
+	} else if w.known[listKey(r.GVK(), r.Namespace)] {
+		err = apierrors.NewNotFound(schema.GroupResource{Group: r.Group, Resource: strings.ToLower(r.Kind)}, r.Name)
+	} else {
+		err = w.b.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, u)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		n.Status, n.Message = NotFound, fmt.Sprintf("%s %s does not exist", r.Kind, nsName(r))
@@ -288,13 +348,21 @@ func (w *walk) events(ctx context.Context, u *unstructured.Unstructured) []Event
 	if u.GetNamespace() == "" {
 		return nil
 	}
-	l := &corev1.EventList{}
-	if err := w.b.Client.List(ctx, l, client.InNamespace(u.GetNamespace()),
-		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(u.GetUID()))}); err != nil {
-		return nil
+	byUID, ok := w.evByNS[u.GetNamespace()]
+	if !ok {
+		// One list per namespace of the graph, not one per object.
+		l := &corev1.EventList{}
+		if err := w.b.Client.List(ctx, l, client.InNamespace(u.GetNamespace())); err == nil {
+			byUID = map[string][]corev1.Event{}
+			for _, e := range l.Items {
+				byUID[string(e.InvolvedObject.UID)] = append(byUID[string(e.InvolvedObject.UID)], e)
+			}
+		}
+		w.evByNS[u.GetNamespace()] = byUID
 	}
-	out := make([]Event, 0, len(l.Items))
-	for _, e := range l.Items {
+	evs := byUID[string(u.GetUID())]
+	out := make([]Event, 0, len(evs))
+	for _, e := range evs {
 		last := e.LastTimestamp.Time
 		if e.Series != nil && !e.Series.LastObservedTime.IsZero() {
 			last = e.Series.LastObservedTime.Time
@@ -444,12 +512,38 @@ type Cause struct {
 // that are not Current, that is not Current while everything it applies,
 // owns and needs is: the path to it, or nil when the root and everything
 // below it is Current. Needs are followed before applies and owns.
+//
+// An object that is not Current while everything directly below it is may
+// still wait on something further down a "needs" path through Current
+// objects: a MachineUpgrade held on a Machine that runs (Current) whose
+// MachineBMC has lost its credentials Secret. Such a path is followed
+// (needs edges only, through Current objects) to the first object that is
+// not Current, and the walk goes on from there; the object itself is the
+// cause only when no such path exists.
 func (g *Graph) RootCause() *Cause {
 	if g.Up {
 		return nil
 	}
 	seen := map[*Node]bool{}
 	var find func(n *Node) []Edge
+	// through follows needs edges from a Current object to the first
+	// object that is not Current, and on down from it.
+	var through func(n *Node) []Edge
+	through = func(n *Node) []Edge {
+		seen[n] = true
+		for _, e := range n.Edges {
+			if e.Why != Needs || seen[e.Node] {
+				continue
+			}
+			if e.Node.Status != Current {
+				return append([]Edge{e}, find(e.Node)...)
+			}
+			if p := through(e.Node); p != nil {
+				return append([]Edge{e}, p...)
+			}
+		}
+		return nil
+	}
 	find = func(n *Node) []Edge {
 		seen[n] = true
 		for _, rel := range []Relation{Needs, Applies, Owns} {
@@ -458,6 +552,17 @@ func (g *Graph) RootCause() *Cause {
 					continue
 				}
 				return append([]Edge{e}, find(e.Node)...)
+			}
+		}
+		if n.Status == Current {
+			return nil
+		}
+		for _, e := range n.Edges {
+			if e.Why != Needs || seen[e.Node] {
+				continue
+			}
+			if p := through(e.Node); p != nil {
+				return append([]Edge{e}, p...)
 			}
 		}
 		return nil
@@ -495,6 +600,21 @@ func Next(n *Node) string {
 		return fmt.Sprintf("kubectl describe %s %s", kind, n.Ref.Name)
 	}
 	return fmt.Sprintf("kubectl -n %s describe %s %s", n.Ref.Namespace, kind, n.Ref.Name)
+}
+
+// Then is the command a person runs on the root once its cause is fixed,
+// when the root is not the cause, has given up (Failed) and its kind has a
+// command of its own: a MachineUpgrade that failed a step on a Machine
+// whose BMC lost its Secret is retried (converge upgrade retry) once the
+// Secret is back. "" otherwise.
+func Then(root, cause *Node) string {
+	if root == cause || root.Status != Failed {
+		return ""
+	}
+	if k := lookup(root.Ref.Group, root.Ref.Kind); k != nil && k.Next != nil {
+		return k.Next(root)
+	}
+	return ""
 }
 
 // ErrNotCurrent is returned by callers (converge why) when the object is

@@ -197,15 +197,26 @@ func syncLinks(u *unstructured.Unstructured) []Link {
 	return out
 }
 
+// upgradeLinks are the Machines of an upgrade's status.machines, the ones
+// whose step is running or failed first: the cause of a held upgrade is
+// looked for below the Machine it is working on before the others.
 func upgradeLinks(u *unstructured.Unstructured) []Link {
 	ms, _, _ := unstructured.NestedSlice(u.Object, "status", "machines")
-	var out []Link
+	var busy, rest []Link
 	for _, m := range ms {
-		if name, _ := m.(map[string]any)["name"].(string); name != "" {
-			out = append(out, Link{Needs, local(u, gvk("machine.converge.dev", "Machine"), name)})
+		mm, _ := m.(map[string]any)
+		name, _ := mm["name"].(string)
+		if name == "" {
+			continue
+		}
+		l := Link{Needs, local(u, gvk("machine.converge.dev", "Machine"), name)}
+		if st, _ := mm["stepState"].(string); st == "Running" || st == "Failed" {
+			busy = append(busy, l)
+		} else {
+			rest = append(rest, l)
 		}
 	}
-	return out
+	return append(busy, rest...)
 }
 
 func machineLinks(u *unstructured.Unstructured) []Link {

@@ -329,6 +329,11 @@ func (s *Server) rebuild(ctx context.Context) {
 		b.Reset()
 		template.HTMLEscape(&b, []byte("rendering the graph: "+err.Error()))
 	}
+	about := map[string]bool{}
+	for _, g := range graphs {
+		walk(g.Root, func(n *graph.Node) { about[key(n.Ref)] = true })
+	}
+	s.w.setAbout(about)
 	s.w.ensure(ctx, s.scopes(graphs))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -448,7 +453,8 @@ func walk(n *graph.Node, f func(*graph.Node)) {
 }
 
 // scopes are the kinds and namespaces to watch: every node's own, the kinds
-// its entry owns or is served by (in its namespace), and in namespace mode
+// its entry owns or is served by (in its namespace), the Events of its
+// namespace (only those about the graph's objects count), and in namespace mode
 // every Converge kind of the namespace (a new object appears).
 func (s *Server) scopes(graphs []*graph.Graph) []scope {
 	set := map[scope]bool{}
@@ -466,6 +472,10 @@ func (s *Server) scopes(graphs []*graph.Graph) []scope {
 				return
 			}
 			set[scope{gvk: n.Ref.GVK(), ns: n.Ref.Namespace}] = true
+			if n.Ref.Namespace != "" {
+				// A node carries its last Events: a new one is a change.
+				set[scope{gvk: eventGVK, ns: n.Ref.Namespace}] = true
+			}
 			for _, k := range graph.Kinds {
 				if k.GVK.Group != n.Ref.Group || k.GVK.Kind != n.Ref.Kind {
 					continue

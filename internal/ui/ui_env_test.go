@@ -24,6 +24,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -237,6 +240,26 @@ spec: {secretName: web-tls, dnsNames: [web.example.com], issuerRef: {name: ca}}
 	g.Expect(notReloaded).To(BeTrue(), "the page was updated in place, not reloaded")
 	g.Expect(ok).To(ContainSubstring("Everything here is Current."))
 	g.Expect(secretStatus).To(Equal("Current"))
+
+	// A new Event about an object of the graph (the Issuer, whose status
+	// no longer changes) is pushed to the page too: the server watches the
+	// Events of the graph's namespaces. An Event about an object outside
+	// the graph is not shown.
+	issuer := &unstructured.Unstructured{}
+	issuer.SetGroupVersionKind(schema.GroupVersionKind{Group: "pki.converge.dev", Version: "v1alpha1", Kind: "Issuer"})
+	g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "ca"}, issuer)).To(Succeed())
+	event := func(name, kind, obj string, uid types.UID, msg string) *corev1.Event {
+		now := metav1.Now()
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "pki.converge.dev/v1alpha1", Kind: kind, Namespace: ns, Name: obj, UID: uid},
+			Type:           corev1.EventTypeWarning, Reason: "Rotated", Message: msg, Count: 1,
+			FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "ui-test"}}
+	}
+	g.Expect(env.Client.Create(t.Context(), event("elsewhere", "Issuer", "other", "", "not about the graph"))).To(Succeed())
+	g.Expect(env.Client.Create(t.Context(), event("rotated", "Issuer", "ca", issuer.GetUID(), "the CA was rotated by the ui test"))).To(Succeed())
+	within(bctx, 30*time.Second, dump, chromedp.Poll[bool](`Array.from(document.querySelectorAll('li.node[data-kind="Issuer"][data-name="ca"] > ul.events > li')).some(e => e.textContent.includes('the CA was rotated by the ui test'))`))
+	g.Expect(within(bctx, 10*time.Second, dump, chromedp.Evaluate[bool](`window.notReloaded === true`))).To(BeTrue(), "the Event was pushed, not reloaded")
+	g.Expect(value(chromedp.Text(`#graph`))).NotTo(ContainSubstring("not about the graph"))
 }
 
 // TestPageNeedsTheToken: every path refuses a request without this run's

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -32,6 +35,11 @@ type watcher struct {
 	dyn     dynamic.Interface
 	mapper  meta.RESTMapper
 	changed chan struct{}
+
+	// about holds the keys (graph.Ref without version) of the graph's
+	// objects: an Event is a change only when its involvedObject is one
+	// of them.
+	about atomic.Pointer[map[string]bool]
 
 	mu      sync.Mutex
 	running map[scope]context.CancelFunc
@@ -108,7 +116,7 @@ func (w *watcher) run(ctx context.Context, sc scope, ri dynamic.ResourceInterfac
 				}
 				first = false
 				backoff = 100 * time.Millisecond
-				err = w.drain(ctx, wi)
+				err = w.drain(ctx, sc, wi)
 			}
 		}
 		if ctx.Err() != nil {
@@ -135,8 +143,34 @@ func (w *watcher) run(ctx context.Context, sc scope, ri dynamic.ResourceInterfac
 
 var errWatchEnded = errors.New("watch ended")
 
-// drain signals a change for each event until the watch ends.
-func (w *watcher) drain(ctx context.Context, wi watch.Interface) error {
+// eventGVK is the kind of the Events watched for the graph's objects.
+var eventGVK = schema.GroupVersionKind{Version: "v1", Kind: "Event"}
+
+// setAbout records the keys of the objects whose Events are changes.
+func (w *watcher) setAbout(keys map[string]bool) { w.about.Store(&keys) }
+
+// relevant is false for an Event about an object outside the graph: the
+// namespace's other Events do not rebuild it.
+func (w *watcher) relevant(sc scope, obj runtime.Object) bool {
+	if sc.gvk != eventGVK {
+		return true
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return true
+	}
+	about := w.about.Load()
+	if about == nil {
+		return false
+	}
+	io, _, _ := unstructured.NestedStringMap(u.Object, "involvedObject")
+	gv, _ := schema.ParseGroupVersion(io["apiVersion"])
+	return (*about)[gv.Group+"/"+io["kind"]+"/"+io["namespace"]+"/"+io["name"]]
+}
+
+// drain signals a change for each event until the watch ends; on a watch
+// of Events, only for an Event about an object of the graph.
+func (w *watcher) drain(ctx context.Context, sc scope, wi watch.Interface) error {
 	defer wi.Stop()
 	for {
 		select {
@@ -151,7 +185,9 @@ func (w *watcher) drain(ctx context.Context, wi watch.Interface) error {
 			case watch.Error:
 				return apierrors.FromObject(ev.Object)
 			default:
-				w.signal()
+				if w.relevant(sc, ev.Object) {
+					w.signal()
+				}
 			}
 		}
 	}

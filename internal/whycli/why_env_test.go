@@ -4,21 +4,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/internal/whycli"
 )
 
 var (
@@ -26,12 +31,14 @@ var (
 	converge string // the built binary
 )
 
-// The SQL instance, Database, PKI and workloads controllers run against a real API
-// server; the verbs are run through the built binary, as a person runs them.
+// The SQL instance, Database, PKI, workloads and machine (Machine, KwokMachine,
+// MachineBMC, MachineUpgrade) controllers run against a real API server, with
+// one kwok node (a KwokMachine's Node becomes Ready); the verbs are run
+// through the built binary, as a person runs them.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
+	os.Exit(testenv.Main(m, testenv.Options{Nodes: 1, Manager: func(o *setup.Options) {
 		o.Controllers = []string{"postgresinstance", "database", "issuer", "clusterissuer", "certificate", "certificaterequest",
-			"basicdeployment", "basicreplicaset"}
+			"basicdeployment", "basicreplicaset", "machine", "kwokmachine", "machinebmc", "machineupgrade"}
 	}}, &env))
 }
 
@@ -361,3 +368,153 @@ spec: {selfSigned: {}}
 	g.Expect(out).To(ContainSubstring("is Forbidden"))
 	g.Expect(out).NotTo(ContainSubstring("Current"))
 }
+
+// TestWhyUpgradeNamesTheBMCsMissingSecret: a MachineUpgrade over one
+// running Machine whose MachineBMC's credentials Secret does not exist. The
+// upgrade cordons and drains the Machine, then cannot power-cycle it and,
+// after its one attempt, fails (StepFailed). The Machine itself runs
+// (Current), yet why on the upgrade follows the needs path through it —
+// upgrade → Machine → MachineBMC (SecretNotFound) → Secret — and names the
+// missing Secret as the root cause, with the command to create it and then
+// converge upgrade retry; tree lists the chain and the Machine's Node.
+func TestWhyUpgradeNamesTheBMCsMissingSecret(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: infrastructure.converge.dev/v1alpha1
+kind: KwokMachine
+metadata: {name: m0}
+---
+apiVersion: machine.converge.dev/v1alpha1
+kind: Machine
+metadata: {name: m0, labels: {pool: why}}
+spec:
+  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: m0}
+  image: v1
+  version: "1.0"
+---
+apiVersion: bmc.converge.dev/v1alpha1
+kind: MachineBMC
+metadata: {name: m0}
+spec: {machineRef: {name: m0}, authSecretRef: {name: m0-bmc}, protocols: [Redfish]}
+`)
+	kc := env.KubeconfigPath
+	// The Machine runs (and is Current) before the upgrade starts.
+	testenv.Eventually(g, func(g Gomega) {
+		out, code := cv(t, kc, ns, "why", "machine/m0")
+		g.Expect(code).To(Equal(0), out)
+	}).Should(Succeed())
+	env.KubectlApply(t, ns, `
+apiVersion: upgrade.converge.dev/v1alpha1
+kind: MachineUpgrade
+metadata: {name: v2}
+spec:
+  selector: {matchLabels: {pool: why}}
+  image: v2
+  version: "2.0"
+  strategy: {maxUnavailable: 1, maxAttempts: 1}
+`)
+	var out string
+	testenv.Eventually(g, func(g Gomega) {
+		var code int
+		out, code = cv(t, kc, ns, "why", "machineupgrade/v2")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(HavePrefix("MachineUpgrade/v2 in " + ns + " is Failed (StepFailed)"))
+		g.Expect(out).To(ContainSubstring("└─needs Machine/m0  Current"))
+		g.Expect(out).To(MatchRegexp(`└─needs MachineBMC/m0  (InProgress|Failed) SecretNotFound`))
+		g.Expect(out).To(ContainSubstring("└─needs Secret/m0-bmc  NotFound"))
+		g.Expect(out).To(ContainSubstring("Root cause: Secret/m0-bmc in " + ns + " is NotFound"))
+	}).Should(Succeed())
+	t.Logf("converge why machineupgrade/v2:\n%s", out)
+	g.Expect(out).To(ContainSubstring("Next: kubectl -n " + ns + " create secret generic m0-bmc"))
+	g.Expect(out).To(ContainSubstring("Then: converge upgrade retry v2 -n " + ns))
+
+	tree, code := cv(t, kc, ns, "tree", "upgrade/v2")
+	g.Expect(code).To(Equal(0), tree)
+	t.Logf("converge tree upgrade/v2:\n%s", tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+MachineUpgrade/v2\s+Failed\s+StepFailed`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─needs Machine/m0\s+Current`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+├─needs KwokMachine/m0\s+`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^\s+├─needs Node/\S+\s+Current`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─needs MachineBMC/m0\s+(InProgress|Failed)\s+SecretNotFound`))
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+  └─needs Secret/m0-bmc\s+NotFound`))
+
+	js, code := cv(t, kc, ns, "why", "machineupgrade/v2", "-o", "json")
+	g.Expect(code).To(Equal(2), js)
+	var ans struct {
+		RootCause struct{ Ref struct{ Kind, Name string } }
+		Next      string
+		Then      string
+	}
+	g.Expect(json.Unmarshal([]byte(js), &ans)).To(Succeed(), js)
+	g.Expect(ans.RootCause.Ref.Kind).To(Equal("Secret"))
+	g.Expect(ans.Then).To(Equal("converge upgrade retry v2 -n " + ns))
+}
+
+// TestTreeReadsSiblingsWithOneList: a Sync whose inventory lists 20
+// ConfigMaps (one of them missing) is read with one LIST of ConfigMaps, not
+// a GET each, and its Events with one LIST for the namespace; the missing
+// one is still NotFound. Requests are counted on the client's transport
+// against the real API server.
+func TestTreeReadsSiblingsWithOneList(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: gitops.converge.dev/v1alpha1
+kind: Sync
+metadata: {name: app}
+spec: {sourceRef: {name: repo}, prune: false, serviceAccountName: deployer}
+`)
+	var inv []string
+	for i := range 20 {
+		name := fmt.Sprintf("cm-%d", i)
+		if i > 0 {
+			g.Expect(env.Client.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
+		}
+		inv = append(inv, `{"version":"v1","kind":"ConfigMap","namespace":"`+ns+`","name":"`+name+`"}`)
+	}
+	patch := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.KubeconfigPath, "-n", ns, "patch", "sync", "app",
+		"--subresource=status", "--type=merge", "-p", `{"status":{"inventory":[`+strings.Join(inv, ",")+`]}}`)
+	pout, err := patch.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(pout))
+
+	var mu sync.Mutex
+	requests := map[string]int{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			// .../namespaces/NS/RESOURCE[/NAME]: a GET without a name is a LIST.
+			parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+			for i, p := range parts {
+				if p != "namespaces" || i+2 >= len(parts) {
+					continue
+				}
+				verb := r.Method
+				if verb == http.MethodGet && i+3 >= len(parts) {
+					verb = "LIST"
+				}
+				mu.Lock()
+				requests[verb+" "+parts[i+2]]++
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	var out strings.Builder
+	g.Expect(whycli.Tree(t.Context(), c, &out, ns, "sync/app", whycli.Options{})).To(Succeed())
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^` + ns + `\s+├─applies ConfigMap/cm-0\s+NotFound`))
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^` + ns + `\s+└─applies ConfigMap/cm-19\s+Current`))
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(requests).To(HaveKeyWithValue("LIST configmaps", 1), "%v", requests)
+	g.Expect(requests).NotTo(HaveKey("GET configmaps"), "%v", requests)
+	g.Expect(requests).To(HaveKeyWithValue("LIST events", 1), "%v", requests)
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -151,13 +151,14 @@ func Why(ctx context.Context, c client.Client, w io.Writer, ns, arg string, o Op
 			Path   []*jsonNode `json:"path,omitempty"`
 			Cause  *graph.Node `json:"rootCause,omitempty"`
 			Next   string      `json:"next,omitempty"`
+			Then   string      `json:"then,omitempty"`
 		}{Object: r}
 		if cause != nil {
 			for _, e := range cause.Path {
 				out.Path = append(out.Path, &jsonNode{Node: e.Node, Why: string(e.Why)})
 			}
 			last := cause.Path[len(cause.Path)-1].Node
-			out.Cause, out.Next = last, graph.Next(last)
+			out.Cause, out.Next, out.Then = last, graph.Next(last), graph.Then(r, last)
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -213,6 +214,9 @@ func Why(ctx context.Context, c client.Client, w io.Writer, ns, arg string, o Op
 				}
 			}
 			_, _ = fmt.Fprintf(w, "Next: %s\n", graph.Next(last))
+			if then := graph.Then(r, last); then != "" {
+				_, _ = fmt.Fprintf(w, "Then: %s\n", then)
+			}
 		}
 	}
 	if r.Status != graph.Current {
