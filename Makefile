@@ -69,10 +69,11 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs, RBAC, webhook manif
 	$(CONTROLLER_GEN) rbac:roleName=machine-agent-role paths="./internal/machineagent/..." \
 		output:rbac:artifacts:config=config/rbac/machineagent
 	hack/sync-chart.sh
-	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./examples/kitchen/api/..."
-	$(CONTROLLER_GEN) rbac:roleName=kitchen-manager crd paths="./examples/kitchen/..." \
-		output:crd:artifacts:config=examples/kitchen/config/crd \
-		output:rbac:artifacts:config=examples/kitchen/config/rbac
+	cd examples/kitchen && $(CONTROLLER_GEN) object:headerFile=../../hack/boilerplate.go.txt paths="./api/..." && \
+		$(CONTROLLER_GEN) rbac:roleName=kitchen-manager crd webhook paths="./..." \
+		output:crd:artifacts:config=config/crd \
+		output:rbac:artifacts:config=config/rbac \
+		output:webhook:artifacts:config=config/webhook
 
 .PHONY: images
 images: ## Build the QemuMachine test image (Debian cloud kernel + busybox initramfs) into the image cache ($$CONVERGE_IMAGE_CACHE or ~/.cache/converge/images).
@@ -91,12 +92,14 @@ lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint (config: .golangci
 	@out=$$(gofmt -s -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	$(GOLANGCI_LINT) run ./...
+	cd examples/kitchen && go vet ./... && $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 ##@ Test
 
 .PHONY: test
 test: tools verify lint ## Run every test: verify, lint, unit tests and the control-plane suites (builds tools if missing).
 	CONVERGE_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKG)
+	cd examples/kitchen && CONVERGE_BIN_DIR=$(BIN) go test -race -count=1 -timeout 10m $(TESTFLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s): the confined render file system first (.ci/run calls it). The *OnServers targets fuzz real PostgreSQL and MariaDB.

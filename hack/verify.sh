@@ -10,7 +10,7 @@ snapshot() { { git status --porcelain=v1 --untracked-files=all -- . ':!bin'; git
 before=$(snapshot)
 make --no-print-directory generate >/dev/null
 go mod tidy
-for m in hack/tools hack/tools/lint hack/tools/helm; do (cd "$m" && go mod tidy); done
+for m in hack/tools hack/tools/lint hack/tools/helm examples/kitchen; do (cd "$m" && go mod tidy); done
 after=$(snapshot)
 if [ "$before" != "$after" ]; then
   echo "verify: 'make generate' / 'go mod tidy' changed the tree; commit the regenerated files:" >&2

@@ -2,7 +2,6 @@ package kitchen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,7 +19,7 @@ import (
 // +kubebuilder:rbac:groups=kitchen.example.converge.dev,resources=orders/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kitchen.example.converge.dev,resources=meals,verbs=get;list;watch;create;patch;delete
 
-// Reconciler cooks the Meals of Orders.
+// Reconciler makes the Meals of Orders, and serves an Order once the Chef cooked them.
 type Reconciler struct{ client.Client }
 
 // SetupWithManager registers the controller: Orders, and the Meals they own.
@@ -35,8 +34,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Get(ctx, req.NamespacedName, o); err != nil || !o.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, client.IgnoreNotFound(err) // the garbage collector clears the table
 	}
-	patcher := creconcile.NewStatusPatcher(r.Client, o)
-	defer func() { retErr = errors.Join(retErr, patcher.Patch(ctx, o)) }()
+	defer creconcile.NewStatusPatcher(r.Client, o).PatchOnReturn(ctx, o, &retErr)
 	served, err := r.cook(ctx, o)
 	st := &o.Status
 	st.Meals, st.Processed = served, err == nil && served == o.Spec.Sets
@@ -53,7 +51,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return ctrl.Result{}, nil
 }
 
-// cook creates missing Meals, updates outdated ones, deletes extra ones; it counts the current ones.
+// cook creates missing Meals, updates outdated ones, deletes extra ones; it counts the cooked ones.
 func (r *Reconciler) cook(ctx context.Context, o *kitchenv1alpha1.Order) (served int32, _ error) {
 	var meals kitchenv1alpha1.MealList
 	if err := r.List(ctx, &meals, client.InNamespace(o.Namespace), client.MatchingLabels{kitchenv1alpha1.OrderLabel: o.Name}); err != nil {
@@ -68,15 +66,16 @@ func (r *Reconciler) cook(ctx context.Context, o *kitchenv1alpha1.Order) (served
 			if err := r.Delete(ctx, m, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 				return served, err
 			}
-		case !equality.Semantic.DeepEqual(m.Spec, want.Spec):
+		case !equality.Semantic.DeepEqual(m.Spec, want.Spec): // to be cooked again
 			base := m.DeepCopy()
-			m.Spec = want.Spec
+			m.Spec, have[m.Spec.Set] = want.Spec, true
 			if err := r.Patch(ctx, m, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner("kitchen-order")); err != nil {
 				return served, err
 			}
-			fallthrough
-		default:
+		case m.Status.ObservedGeneration == m.Generation && creconcile.IsTrue(m.Status.Conditions, kitchenv1alpha1.ReadyCondition):
 			have[m.Spec.Set], served = true, served+1
+		default:
+			have[m.Spec.Set] = true
 		}
 	}
 	for set := range o.Spec.Sets {

@@ -2,6 +2,7 @@ package kitchen_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,8 +10,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -19,30 +20,34 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/examples/kitchen"
 	kitchenv1alpha1 "github.com/converge-dev/converge/examples/kitchen/api/v1alpha1"
-	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/pkg/testcluster"
 )
 
-var env *testenv.Environment
+var cluster *testcluster.Cluster
 
-// The suite runs on a real control plane with kube-controller-manager (its
-// garbage collector deletes an Order's Meals) and none of Converge's
-// controllers: the kitchen's own manager runs the Order controller, as
-// cmd/kitchen does.
+// The suite runs on a real control plane (Converge's public test harness,
+// pkg/testcluster) with kube-controller-manager, whose garbage collector
+// deletes an Order's Meals; the kitchen's CRDs and its webhook are installed
+// before it starts. Each test runs the kitchen's own manager, as cmd/kitchen
+// does.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{NoManager: true, ControllerManager: true}, &env))
+	os.Exit(testcluster.Main(m, testcluster.Options{
+		ControllerManager: true,
+		CRDDirectoryPaths: []string{filepath.Join("config", "crd")},
+		WebhookManifests:  []string{filepath.Join("config", "webhook", "manifests.yaml")},
+	}, &cluster))
 }
 
 // An Order with sets: 3 gets three Meals it controls and is processed and
 // Ready; scaled to 1, the extra Meals go; a new chef reaches the Meal left;
 // deleted, its Meals are collected.
 func TestOrderCooksItsMeals(t *testing.T) {
-	testenv.Need(t, env)
-	c := startKitchen(t)
-	ns := env.NewNamespace(t)
+	testcluster.Need(t, cluster)
+	c := startKitchen(t, true)
+	ns := cluster.NewNamespace(t)
 	g := NewWithT(t)
 	ctx := t.Context()
 
@@ -58,14 +63,16 @@ func TestOrderCooksItsMeals(t *testing.T) {
 
 	served := func(sets int32, chef string) {
 		t.Helper()
-		testenv.Eventually(g, func(g Gomega) {
+		eventually(g, func(g Gomega) {
 			got := &kitchenv1alpha1.Order{}
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(o), got)).To(Succeed())
 			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 			g.Expect(got.Status.Processed).To(BeTrue())
 			g.Expect(got.Status.Meals).To(Equal(sets))
-			testenv.HasCondition(g, got.Status.Conditions, kitchenv1alpha1.ReadyCondition, metav1.ConditionTrue, kitchenv1alpha1.ServedReason)
-			testenv.ExpectKstatus(ctx, g, c, got, kstatus.CurrentStatus, "")
+			hasCondition(g, got.Status.Conditions, metav1.ConditionTrue, kitchenv1alpha1.ServedReason)
+			res, err := testcluster.Kstatus(ctx, c, got)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.Status).To(Equal(kstatus.CurrentStatus), res.Message)
 
 			meals := mealsOf(ctx, g, c, o)
 			g.Expect(meals).To(HaveLen(int(sets)))
@@ -76,6 +83,8 @@ func TestOrderCooksItsMeals(t *testing.T) {
 				g.Expect(m.Spec.MealConfig).To(Equal(o.Spec.MealConfig))
 				g.Expect(metav1.IsControlledBy(m, got)).To(BeTrue(), "Meal %s is controlled by the Order", m.Name)
 				g.Expect(m.OwnerReferences[0].BlockOwnerDeletion).To(Equal(ptr.To(true)))
+				hasCondition(g, m.Status.Conditions, metav1.ConditionTrue, kitchenv1alpha1.CookedReason)
+				g.Expect(m.Status.ObservedGeneration).To(Equal(m.Generation))
 			}
 		}).Should(Succeed())
 	}
@@ -94,54 +103,102 @@ func TestOrderCooksItsMeals(t *testing.T) {
 	served(1, "bo")
 
 	// The Order deleted, the garbage collector (kube-controller-manager's,
-	// not the controller) deletes its Meals. It learns of new CRDs on its
-	// discovery resync, every 30 s, so on a fresh control plane it may
-	// take that long to act on a kind installed at the start of the test.
+	// not the controller) deletes its Meals. (The harness installed the
+	// CRDs before kube-controller-manager started: the collector learns of
+	// kinds installed later only on its discovery resync, every 30 s.)
 	start := time.Now()
 	g.Expect(c.Delete(ctx, o)).To(Succeed())
-	testenv.Eventually(g, func(g Gomega) {
+	eventually(g, func(g Gomega) {
 		g.Expect(mealsOf(ctx, g, c, o)).To(BeEmpty())
 		g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(o), &kitchenv1alpha1.Order{}))).To(BeTrue())
 	}).WithTimeout(90 * time.Second).Should(Succeed())
 	t.Logf("Meals collected %s after the Order's delete", time.Since(start).Round(time.Millisecond))
 }
 
-// An Order that asks for nothing is served at once, with no Meals.
-func TestEmptyOrder(t *testing.T) {
-	testenv.Need(t, env)
-	c := startKitchen(t)
-	ns := env.NewNamespace(t)
+// Without a chef, an Order's Meals are made but not cooked: the Order is
+// not Ready ("0 of 2 meals served") and kstatus reads it InProgress; once a
+// Meal is cooked (its Ready condition, written here as a chef would), the
+// Order counts it, and it is served when both are.
+func TestOrderWaitsForItsMeals(t *testing.T) {
+	testcluster.Need(t, cluster)
+	c := startKitchen(t, false)
+	ns := cluster.NewNamespace(t)
 	g := NewWithT(t)
 	ctx := t.Context()
 
 	o := &kitchenv1alpha1.Order{
-		ObjectMeta: metav1.ObjectMeta{Name: "nothing", Namespace: ns},
-		Spec:       kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "tea"}, Chef: "ana"},
+		ObjectMeta: metav1.ObjectMeta{Name: "lunch", Namespace: ns},
+		Spec:       kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Sets: 2, Chef: "ana"},
 	}
 	g.Expect(c.Create(ctx, o)).To(Succeed())
-	testenv.Eventually(g, func(g Gomega) {
+	waiting := func(served int32) {
+		t.Helper()
+		eventually(g, func(g Gomega) {
+			got := &kitchenv1alpha1.Order{}
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(o), got)).To(Succeed())
+			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+			g.Expect(got.Status.Meals).To(Equal(served))
+			g.Expect(got.Status.Processed).To(BeFalse())
+			cond := hasCondition(g, got.Status.Conditions, metav1.ConditionFalse, kitchenv1alpha1.CookingReason)
+			g.Expect(cond.Message).To(Equal(fmt.Sprintf("%d of 2 meals served", served)))
+			res, err := testcluster.Kstatus(ctx, c, got)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.Status).To(Equal(kstatus.InProgressStatus), res.Message)
+			g.Expect(mealsOf(ctx, g, c, o)).To(HaveLen(2))
+		}).Should(Succeed())
+	}
+	waiting(0)
+
+	cook := func(name string) {
+		t.Helper()
+		m := &kitchenv1alpha1.Meal{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m)).To(Succeed())
+		m.Status.ObservedGeneration = m.Generation
+		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: kitchenv1alpha1.ReadyCondition, Status: metav1.ConditionTrue,
+			Reason: kitchenv1alpha1.CookedReason, Message: "cooked by hand", ObservedGeneration: m.Generation})
+		g.Expect(c.Status().Update(ctx, m)).To(Succeed())
+	}
+	cook("lunch-0")
+	waiting(1)
+	cook("lunch-1")
+	eventually(g, func(g Gomega) {
 		got := &kitchenv1alpha1.Order{}
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(o), got)).To(Succeed())
 		g.Expect(got.Status.Processed).To(BeTrue())
-		testenv.HasCondition(g, got.Status.Conditions, kitchenv1alpha1.ReadyCondition, metav1.ConditionTrue, kitchenv1alpha1.ServedReason)
+		g.Expect(got.Status.Meals).To(Equal(int32(2)))
+		hasCondition(g, got.Status.Conditions, metav1.ConditionTrue, kitchenv1alpha1.ServedReason)
 	}).Should(Succeed())
-	g.Expect(mealsOf(ctx, g, c, o)).To(BeEmpty())
 }
 
-// The schema refuses an Order without a chef or with negative sets.
+// The webhook refuses an Order of fewer than one set, naming the field; the
+// schema refuses one without a chef or a main dish.
 func TestOrderValidation(t *testing.T) {
-	testenv.Need(t, env)
-	c := startKitchen(t)
-	ns := env.NewNamespace(t)
+	testcluster.Need(t, cluster)
+	c := startKitchen(t, true)
+	ns := cluster.NewNamespace(t)
 	g := NewWithT(t)
-	for name, spec := range map[string]kitchenv1alpha1.OrderSpec{
-		"no-chef":       {MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Sets: 1},
-		"negative-sets": {MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Sets: -1, Chef: "ana"},
-		"no-main":       {Sets: 1, Chef: "ana"},
+	for name, tc := range map[string]struct {
+		spec kitchenv1alpha1.OrderSpec
+		want string
+	}{
+		"no-sets":       {kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Chef: "ana"}, "spec.sets: Invalid value: 0: an Order asks for at least one set"},
+		"negative-sets": {kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Sets: -1, Chef: "ana"}, "spec.sets: Invalid value: -1: an Order asks for at least one set"},
+		"no-chef":       {kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Sets: 1}, "spec.chef"},
+		"no-main":       {kitchenv1alpha1.OrderSpec{Sets: 1, Chef: "ana"}, "spec.mealConfig.main"},
 	} {
-		err := c.Create(t.Context(), &kitchenv1alpha1.Order{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec})
+		err := c.Create(t.Context(), &kitchenv1alpha1.Order{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: tc.spec})
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", name, err)
+		g.Expect(err.Error()).To(ContainSubstring(tc.want), name)
 	}
+	// An Order scaled to zero is refused the same way.
+	o := &kitchenv1alpha1.Order{ObjectMeta: metav1.ObjectMeta{Name: "ok", Namespace: ns},
+		Spec: kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "soup"}, Sets: 1, Chef: "ana"}}
+	g.Expect(c.Create(t.Context(), o)).To(Succeed())
+	before := o.DeepCopy()
+	o.Spec.Sets = 0
+	err := c.Patch(t.Context(), o, client.MergeFrom(before))
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.sets"))
 }
 
 // mealsOf lists o's Meals from the API server, by set.
@@ -152,20 +209,20 @@ func mealsOf(ctx context.Context, g Gomega, c client.Client, o *kitchenv1alpha1.
 	return meals.Items
 }
 
-// startKitchen installs the kitchen CRDs (config/crd, as generated) and runs
-// the Order controller in its own manager until the test ends. It returns a
-// direct client that knows the kitchen types.
-func startKitchen(t *testing.T) client.Client {
+// startKitchen runs the Order controller, the webhook and (with chef) the
+// Chef in their own manager until the test ends, as cmd/kitchen does. It
+// returns a direct client that knows the kitchen types.
+func startKitchen(t *testing.T, chef bool) client.Client {
 	t.Helper()
-	installCRDs(t)
 	scheme := runtime.NewScheme()
 	if err := kitchenv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}, // one manager per test
+	mgr, err := ctrl.NewManager(cluster.Config, ctrl.Options{
+		Scheme:        scheme,
+		Metrics:       metricsserver.Options{BindAddress: "0"},
+		WebhookServer: cluster.WebhookServer(),
+		Controller:    config.Controller{SkipNameValidation: ptr.To(true)}, // one manager per test
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,44 +230,39 @@ func startKitchen(t *testing.T) client.Client {
 	if err := (&kitchen.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("kitchen manager: %v", err)
+	if chef {
+		if err := (&kitchen.Chef{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
 		}
-	})
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	}
+	if err := (kitchen.OrderValidator{}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.RunManager(t, mgr)
+	c, err := cluster.NewClient(scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The webhook serves once the manager runs: wait for it, so that no
+	// test's first write races its start.
+	ok := &kitchenv1alpha1.Order{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+		Spec: kitchenv1alpha1.OrderSpec{MealConfig: kitchenv1alpha1.MealConfig{Main: "tea"}, Sets: 1, Chef: "ana"}}
+	eventually(NewWithT(t), func(g Gomega) {
+		g.Expect(c.Create(t.Context(), ok, client.DryRunAll)).To(Succeed())
+	}).Should(Succeed())
 	return c
 }
 
-// installCRDs creates the CRDs in config/crd unless they exist and waits
-// until they are established.
-func installCRDs(t *testing.T) {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("config", "crd", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in config/crd (%v)", err)
-	}
-	g := NewWithT(t)
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		g.Expect(err).NotTo(HaveOccurred())
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(yaml.UnmarshalStrict(data, crd)).To(Succeed(), f)
-		if err := env.Client.Create(t.Context(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating %s: %v", crd.Name, err)
-		}
-		g.Eventually(func(g Gomega) {
-			got := &apiextensionsv1.CustomResourceDefinition{}
-			g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(crd), got)).To(Succeed())
-			g.Expect(got.Status.Conditions).To(ContainElement(And(
-				HaveField("Type", apiextensionsv1.Established), HaveField("Status", apiextensionsv1.ConditionTrue))))
-		}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), crd.Name)
-	}
+// eventually is Gomega's Eventually with the suite's timeout and polling.
+func eventually(g Gomega, f any) AsyncAssertion {
+	return g.Eventually(f).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond)
+}
+
+// hasCondition asserts the Ready condition's status and reason and returns it.
+func hasCondition(g Gomega, conds []metav1.Condition, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	c := meta.FindStatusCondition(conds, kitchenv1alpha1.ReadyCondition)
+	g.Expect(c).NotTo(BeNil(), "Ready condition")
+	g.Expect(c.Status).To(Equal(status), "Ready: %s (%s)", c.Reason, c.Message)
+	g.Expect(c.Reason).To(Equal(reason), "Ready reason (message %q)", c.Message)
+	return c
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -47,6 +48,16 @@ func NewStatusPatcher(c client.Client, obj client.Object) *StatusPatcher {
 	}
 	p.before = statusOf(u)
 	return p
+}
+
+// PatchOnReturn is Patch for a deferred call: it joins Patch's error into
+// *errp, so that a reconcile writes its status on every return, in one line
+// placed right after it read obj (the patcher's arguments are evaluated
+// there, its Patch when the function returns):
+//
+//	defer reconcile.NewStatusPatcher(r.Client, obj).PatchOnReturn(ctx, obj, &retErr)
+func (p *StatusPatcher) PatchOnReturn(ctx context.Context, obj client.Object, errp *error) {
+	*errp = errors.Join(*errp, p.Patch(ctx, obj))
 }
 
 // Patch writes obj's status if it differs from what was read; see

@@ -8,16 +8,19 @@ import (
 // for, so an Order's Meals are listed by label.
 const OrderLabel = "kitchen.example.converge.dev/order"
 
-// ReadyCondition is True when every set of the Order has its Meal, cooked
-// to the Order's current spec.
+// ReadyCondition is the condition both kinds report: on an Order, True when
+// every set of the Order has its Meal, cooked to the Order's current spec;
+// on a Meal, True when the chef cooked it to its current spec.
 const ReadyCondition = "Ready"
 
 // Reasons of the Ready condition.
 const (
-	// ServedReason: every set has its Meal.
+	// ServedReason: every set has its Meal, cooked.
 	ServedReason = "Served"
-	// CookingReason: Meals are being cooked, or removed.
+	// CookingReason: Meals are being made, cooked or removed.
 	CookingReason = "Cooking"
+	// CookedReason, on a Meal: the chef cooked it.
+	CookedReason = "Cooked"
 	// KitchenErrorReason: a Meal could not be written; the message says why.
 	KitchenErrorReason = "KitchenError"
 )
@@ -36,8 +39,8 @@ type MealConfig struct {
 type OrderSpec struct {
 	// MealConfig is the meal every set gets.
 	MealConfig MealConfig `json:"mealConfig"`
-	// Sets is how many Meals to cook.
-	// +kubebuilder:validation:Minimum=0
+	// Sets is how many Meals to cook: at least 1 (the webhook refuses
+	// fewer, naming the field).
 	// +kubebuilder:validation:Maximum=100
 	Sets int32 `json:"sets"`
 	// Chef cooks the Meals.
@@ -54,7 +57,8 @@ type OrderStatus struct {
 	// spec.
 	// +optional
 	Processed bool `json:"processed,omitempty"`
-	// Meals is how many of the Order's Meals are cooked to the current spec.
+	// Meals is how many of the Order's Meals are cooked (Ready) to the
+	// current spec.
 	// +optional
 	Meals int32 `json:"meals,omitempty"`
 	// Conditions: Ready.
@@ -102,18 +106,34 @@ type MealSpec struct {
 	Chef string `json:"chef"`
 }
 
+// MealStatus is what the chef reports about the Meal.
+type MealStatus struct {
+	// ObservedGeneration is the generation of the spec this status is for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, True once the Meal is cooked to its spec.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
 // Meal is one set of an Order, owned by the Order (a controller
-// ownerReference): deleting the Order deletes its Meals.
+// ownerReference): deleting the Order deletes its Meals. The chef cooks it
+// and reports that in its Ready condition.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Set",type=integer,JSONPath=`.spec.set`
 // +kubebuilder:printcolumn:name="Main",type=string,JSONPath=`.spec.mealConfig.main`
 // +kubebuilder:printcolumn:name="Chef",type=string,JSONPath=`.spec.chef`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 type Meal struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec MealSpec `json:"spec"`
+	Spec   MealSpec   `json:"spec"`
+	Status MealStatus `json:"status,omitempty"`
 }
 
 // MealList is a list of Meals.
