@@ -4,8 +4,9 @@
 // to its own controller (the issuer contract,
 // docs/contracts/certificate-issuer.md). A request ends in exactly one of
 // Ready=True (status.certificate set), Ready=False reason Failed (with
-// status.failureTime) or InvalidRequest; a request waiting for its issuer
-// stays Ready=False reason Pending.
+// status.failureTime), InvalidRequest, or Denied (IssuerPolicyDenied: a
+// ClusterIssuer's policy refuses the namespace or a name, policy.go); a
+// request waiting for its issuer stays Ready=False reason Pending.
 package certificaterequest
 
 import (
