@@ -128,7 +128,7 @@ func TestClusterIssuerSignsNoTenantCA(t *testing.T) {
 	sec := caSecret(t, clusterNS, "cluster-ca-"+tn.NS)
 	g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
 	ci := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "cluster-ca-" + tn.NS},
-		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: sec.Name}}}
+		Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: sec.Name}}}}
 	g.Expect(env.Client.Create(ctx, ci)).To(Succeed())
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(ctx)

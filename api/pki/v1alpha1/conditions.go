@@ -92,6 +92,11 @@ const (
 	FailedReason = "Failed"
 	// InvalidRequestReason: the CSR or the spec cannot be signed.
 	InvalidRequestReason = "InvalidRequest"
+	// IssuerPolicyDeniedReason: a ClusterIssuer's policy (spec.policy, or
+	// its default for cluster-internal names) does not allow the request's
+	// namespace or one of its names; the request is Denied, final, and the
+	// message names the name and the rule.
+	IssuerPolicyDeniedReason = "IssuerPolicyDenied"
 )
 
 // Labels and annotations.

@@ -171,13 +171,48 @@ type ClusterIssuer struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec configures the issuer.
+	// spec configures the issuer and who may use it for which names.
 	// +required
-	Spec IssuerSpec `json:"spec"`
+	Spec ClusterIssuerSpec `json:"spec"`
 	// status is the observed state.
 	// +optional
 	// +kubebuilder:default:={"observedGeneration":-1}
 	Status IssuerStatus `json:"status,omitempty"`
+}
+
+// ClusterIssuerSpec is an IssuerSpec and the policy of who may use it.
+type ClusterIssuerSpec struct {
+	IssuerSpec `json:",inline"`
+	// policy says which namespaces may have requests signed and for which
+	// DNS names. Unset, every namespace may, and a cluster-internal name
+	// (<x>.<namespace>.svc..., <x>.<namespace>.pod...) and a SPIFFE ID
+	// (spiffe://<domain>/ns/<namespace>/...) are signed only for a request
+	// of that namespace (or of --cluster-resource-namespace).
+	// +optional
+	Policy *ClusterIssuerPolicy `json:"policy,omitempty"`
+}
+
+// ClusterIssuerPolicy bounds which requests a ClusterIssuer signs, as
+// approver-policy's CertificateRequestPolicy does for cert-manager. A
+// request it refuses is Denied (reason IssuerPolicyDenied), final.
+type ClusterIssuerPolicy struct {
+	// namespaceSelector selects the namespaces whose requests are signed
+	// (by their labels); unset, every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// allowedDNSNames are the DNS names (and a DNS-like common name) a
+	// request may carry; empty keeps the default rule for
+	// cluster-internal names. "{namespace}" stands for the requesting
+	// namespace and "*" for one DNS label (a requested wildcard label
+	// included), e.g. "*.{namespace}.svc", "*.{namespace}.svc.cluster.local",
+	// "*.example.com". Set, it replaces the default rule: every name must
+	// match, in every namespace.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)(\.(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?))*$`
+	AllowedDNSNames []string `json:"allowedDNSNames,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -207,7 +242,7 @@ func (i *Issuer) GetSpec() *IssuerSpec { return &i.Spec }
 func (i *Issuer) GetStatus() *IssuerStatus { return &i.Status }
 
 // GetSpec returns the spec.
-func (i *ClusterIssuer) GetSpec() *IssuerSpec { return &i.Spec }
+func (i *ClusterIssuer) GetSpec() *IssuerSpec { return &i.Spec.IssuerSpec }
 
 // GetStatus returns the status.
 func (i *ClusterIssuer) GetStatus() *IssuerStatus { return &i.Status }

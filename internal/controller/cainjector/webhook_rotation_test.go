@@ -337,7 +337,7 @@ func rotateThroughALiveWebhook(t *testing.T, injectFrom string, cluster bool) {
 	caNS, caName, issuer := ns, "ca", pkiv1alpha1.IssuerReference{Name: "ca-issuer"}
 	if cluster {
 		caNS, caName, issuer = clusterResourceNamespace, ns, pkiv1alpha1.IssuerReference{Name: ns, Kind: "ClusterIssuer"}
-		iss := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}}}
+		iss := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}}}}
 		g.Expect(env.Client.Create(ctx, iss)).To(Succeed())
 		// No CA Secret yet: the issuer waits for it, and kstatus reads it
 		// InProgress (Current once the CA is issued, below).

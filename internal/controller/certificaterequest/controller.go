@@ -4,8 +4,9 @@
 // to its own controller (the issuer contract,
 // docs/contracts/certificate-issuer.md). A request ends in exactly one of
 // Ready=True (status.certificate set), Ready=False reason Failed (with
-// status.failureTime) or InvalidRequest; a request waiting for its issuer
-// stays Ready=False reason Pending.
+// status.failureTime), InvalidRequest, or Denied (IssuerPolicyDenied: a
+// ClusterIssuer's policy refuses the namespace or a name, policy.go); a
+// request waiting for its issuer stays Ready=False reason Pending.
 package certificaterequest
 
 import (
@@ -149,7 +150,8 @@ func setStalled(cr *pkiv1alpha1.CertificateRequest) bool {
 // outcome is what one signing attempt decided.
 type outcome struct {
 	cert, ca []byte
-	// reason is Issued, Pending, Failed or InvalidRequest.
+	// reason is Issued, Pending, Failed, InvalidRequest or
+	// IssuerPolicyDenied.
 	reason, message string
 }
 
@@ -193,6 +195,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		set(pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, pkiv1alpha1.FailedReason, o.message)
 		cr.Status.FailureTime = &now
 		r.Recorder.Eventf(&cr, nil, corev1.EventTypeWarning, o.reason, "Sign", "%s", o.message)
+	case pkiv1alpha1.IssuerPolicyDeniedReason:
+		set(pkiv1alpha1.DeniedCondition, metav1.ConditionTrue, o.reason, o.message)
+		set(pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, pkiv1alpha1.FailedReason, o.message)
+		cr.Status.FailureTime = &now
+		r.Recorder.Eventf(&cr, nil, corev1.EventTypeWarning, o.reason, "Sign", "%s", o.message)
 	case pkiv1alpha1.FailedReason:
 		set(pkiv1alpha1.ReadyCondition, metav1.ConditionFalse, o.reason, o.message)
 		cr.Status.FailureTime = &now
@@ -227,6 +234,15 @@ func (r *Reconciler) sign(ctx context.Context, cr *pkiv1alpha1.CertificateReques
 	}
 	if ok, why := issuerref.Ready(iss); !ok {
 		return outcome{reason: pkiv1alpha1.PendingReason, message: fmt.Sprintf("%s %q is not ready: %s", kind, ref.Name, why)}, nil
+	}
+	if ci, ok := iss.(*pkiv1alpha1.ClusterIssuer); ok {
+		why, err := r.checkPolicy(ctx, ci, cr.Namespace, csr)
+		if err != nil {
+			return outcome{}, err
+		}
+		if why != "" {
+			return outcome{reason: pkiv1alpha1.IssuerPolicyDeniedReason, message: why}, nil
+		}
 	}
 	duration := pki.DefaultDuration
 	if cr.Spec.Duration != nil && cr.Spec.Duration.Duration > 0 {

@@ -14,6 +14,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -255,18 +256,32 @@ func (w ClusterIssuer) SetupWithManager(mgr ctrl.Manager) error {
 // ValidateCreate checks a new ClusterIssuer.
 func (w ClusterIssuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
-	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(nil, &i.Spec, w.ACMEAllowedDirectories, p)...))
+	errs := append(ValidateIssuerSpec(&i.Spec.IssuerSpec, p), validateACMEServer(nil, &i.Spec.IssuerSpec, w.ACMEAllowedDirectories, p)...)
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(errs, validatePolicy(i.Spec.Policy, p.Child("policy"))...))
 }
 
 // ValidateUpdate checks a change.
 func (w ClusterIssuer) ValidateUpdate(_ context.Context, old, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
-	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(ValidateIssuerSpec(&i.Spec, p), validateACMEServer(&old.Spec, &i.Spec, w.ACMEAllowedDirectories, p)...))
+	errs := append(ValidateIssuerSpec(&i.Spec.IssuerSpec, p), validateACMEServer(&old.Spec.IssuerSpec, &i.Spec.IssuerSpec, w.ACMEAllowedDirectories, p)...)
+	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(errs, validatePolicy(i.Spec.Policy, p.Child("policy"))...))
 }
 
 // ValidateDelete allows every deletion.
 func (ClusterIssuer) ValidateDelete(context.Context, *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// validatePolicy checks a ClusterIssuer's policy: its namespace selector
+// must parse (the schema checks the name patterns).
+func validatePolicy(pol *pkiv1alpha1.ClusterIssuerPolicy, p *field.Path) field.ErrorList {
+	if pol == nil || pol.NamespaceSelector == nil {
+		return nil
+	}
+	if _, err := metav1.LabelSelectorAsSelector(pol.NamespaceSelector); err != nil {
+		return field.ErrorList{field.Invalid(p.Child("namespaceSelector"), pol.NamespaceSelector.String(), err.Error())}
+	}
+	return nil
 }
 
 // ValidateIssuerSpec checks an issuer's spec.

@@ -240,3 +240,23 @@ func TestValidateCertificateObject(t *testing.T) {
 	_, err = webhookpki.Certificate{}.ValidateUpdate(ctx, c, bad)
 	g.Expect(err).To(MatchError(ContainSubstring("spec.secretName")))
 }
+
+// TestValidateClusterIssuerPolicy: a namespace selector that does not
+// parse is refused at admission naming spec.policy.namespaceSelector; a
+// valid policy is accepted.
+func TestValidateClusterIssuerPolicy(t *testing.T) {
+	g := NewWithT(t)
+	w := webhookpki.ClusterIssuer{}
+	ci := func(sel *metav1.LabelSelector) *pkiv1alpha1.ClusterIssuer {
+		return &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "cluster-ca"},
+			Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}},
+				Policy: &pkiv1alpha1.ClusterIssuerPolicy{NamespaceSelector: sel, AllowedDNSNames: []string{"*.{namespace}.svc"}}}}
+	}
+	_, err := w.ValidateCreate(context.Background(), ci(&metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}))
+	g.Expect(err).NotTo(HaveOccurred())
+	bad := ci(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Near"}}})
+	_, err = w.ValidateCreate(context.Background(), bad)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.policy.namespaceSelector")))
+	_, err = w.ValidateUpdate(context.Background(), ci(nil), bad)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.policy.namespaceSelector")))
+}

@@ -1,0 +1,158 @@
+package certificaterequest
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+)
+
+// namespacePlaceholder in a policy pattern stands for the requesting
+// namespace.
+const namespacePlaceholder = "{namespace}"
+
+// clusterInternalZones are the labels after which, in a cluster-internal
+// name, comes what the name belongs to: <x>.<namespace>.svc[.<domain>] and
+// <x>.<namespace>.pod[.<domain>].
+var clusterInternalZones = map[string]bool{"svc": true, "pod": true}
+
+// checkPolicy says why a ClusterIssuer may not sign csr for a request of
+// namespace ns, or "" when it may. A ClusterIssuer signs for every
+// namespace with one key that every namespace trusts: a tenant's leaf for
+// another tenant's Service name would let it pass for that Service.
+func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIssuer, ns string, csr *x509.CertificateRequest) (string, error) {
+	p := ci.Spec.Policy
+	if p != nil && p.NamespaceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector)
+		if err != nil {
+			return fmt.Sprintf("ClusterIssuer %q spec.policy.namespaceSelector is invalid (%v); the cluster admin must fix it", ci.Name, err), nil
+		}
+		var n corev1.Namespace
+		if err := r.Get(ctx, types.NamespacedName{Name: ns}, &n); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Sprintf("namespace %s not found", ns), nil
+			}
+			return "", fmt.Errorf("reading namespace %s: %w", ns, err)
+		}
+		if !sel.Matches(labels.Set(n.Labels)) {
+			return fmt.Sprintf("ClusterIssuer %q spec.policy.namespaceSelector does not select namespace %s; ask the cluster admin, or use an Issuer of this namespace", ci.Name, ns), nil
+		}
+	}
+	names := csr.DNSNames
+	if cn := csr.Subject.CommonName; strings.Contains(cn, ".") {
+		names = append(append([]string(nil), names...), cn)
+	}
+	for _, name := range names {
+		if why := dnsNameRefused(ci, p, ns, r.ClusterResourceNamespace, name); why != "" {
+			return why, nil
+		}
+	}
+	for _, u := range csr.URIs {
+		if owner, ok := spiffeNamespace(u); ok && owner != ns && ns != r.ClusterResourceNamespace {
+			return fmt.Sprintf("URI %q is an identity of namespace %s, and ClusterIssuer %q signs it only for requests of that namespace", u.String(), owner, ci.Name), nil
+		}
+	}
+	return "", nil
+}
+
+// dnsNameRefused applies the policy (or its default) to one name.
+func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolicy, ns, clusterNS, name string) string {
+	n := strings.ToLower(strings.TrimSuffix(name, "."))
+	if p != nil && len(p.AllowedDNSNames) > 0 {
+		for _, pat := range p.AllowedDNSNames {
+			if matchPattern(pat, ns, n) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("DNS name %q matches none of ClusterIssuer %q spec.policy.allowedDNSNames %s (for namespace %s); ask the cluster admin, or use an Issuer of this namespace",
+			name, ci.Name, quoteList(p.AllowedDNSNames, 8), ns)
+	}
+	if ns == clusterNS {
+		return ""
+	}
+	if owner, ok := internalNamespace(n); ok && owner != ns {
+		return fmt.Sprintf("DNS name %q is a cluster-internal name of namespace %s, and ClusterIssuer %q signs such names only for requests of that namespace (no spec.policy.allowedDNSNames); ask the cluster admin, or use an Issuer of this namespace",
+			name, owner, ci.Name)
+	}
+	return ""
+}
+
+// internalNamespace returns the namespace a cluster-internal name belongs
+// to: the label before the first "svc" or "pod" label that has one. The
+// cluster domain is not needed, so a cluster with another domain than
+// cluster.local is covered too; an outside name with such a label (a.svc.example.com)
+// is held to the same rule, which spec.policy.allowedDNSNames lifts.
+func internalNamespace(name string) (string, bool) {
+	ls := strings.Split(name, ".")
+	for i := 1; i < len(ls); i++ {
+		if clusterInternalZones[ls[i]] {
+			return ls[i-1], true
+		}
+	}
+	return "", false
+}
+
+// matchPattern matches a DNS name against a policy pattern label by label:
+// "*" matches any one label, "{namespace}" the requesting namespace, any
+// other label itself (case-insensitively).
+func matchPattern(pattern, ns, name string) bool {
+	pl := strings.Split(strings.ToLower(strings.TrimSuffix(pattern, ".")), ".")
+	nl := strings.Split(name, ".")
+	if len(pl) != len(nl) {
+		return false
+	}
+	for i := range pl {
+		switch pl[i] {
+		case "*":
+			if nl[i] == "" {
+				return false
+			}
+		case namespacePlaceholder:
+			if nl[i] != ns {
+				return false
+			}
+		default:
+			if pl[i] != nl[i] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// spiffeNamespace returns the namespace of a Kubernetes SPIFFE ID
+// (spiffe://<trust domain>/ns/<namespace>/sa/<account>).
+func spiffeNamespace(u *url.URL) (string, bool) {
+	if !strings.EqualFold(u.Scheme, "spiffe") {
+		return "", false
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "ns" {
+			return parts[i+1], true
+		}
+	}
+	return "", false
+}
+
+// quoteList quotes at most max items of l.
+func quoteList(l []string, limit int) string {
+	q := make([]string, 0, min(len(l), limit)+1)
+	for i, s := range l {
+		if i == limit {
+			q = append(q, fmt.Sprintf("and %d more", len(l)-limit))
+			break
+		}
+		q = append(q, fmt.Sprintf("%q", s))
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
