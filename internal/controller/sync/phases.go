@@ -37,8 +37,8 @@ type scope struct {
 	// write is the base of the next, so the final patch does not carry a
 	// large inventory twice.
 	status *creconcile.StatusPatcher
-	now  time.Time
-	st   *syncState
+	now    time.Time
+	st     *syncState
 
 	revision  string
 	suspended bool
