@@ -29,9 +29,11 @@ func TestUnchangedDatabaseWritesNoStatus(t *testing.T) {
 	writes, reconciles := env.UnchangedReconciles(t, g, database.ControllerName, "databases", d, 3)
 	t.Logf("Database at rest: %.0f status writes in %.0f reconciles", writes, reconciles)
 	g.Expect(reconciles).To(BeNumerically(">=", 3))
-	g.Expect(writes).To(BeZero(), "status writes for an unchanged Database")
-	rv := d.ResourceVersion // as the last annotation patch returned it
+	// Exact for this object (the API server's count is for every Database,
+	// and Databases of earlier tests may still be deleted): its
+	// resourceVersion is the one the last annotation patch returned.
+	rv := d.ResourceVersion
 	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d)).To(Succeed())
-	g.Expect(d.ResourceVersion).To(Equal(rv), "the Database was written after the last annotation")
+	g.Expect(d.ResourceVersion).To(Equal(rv), "the Database's status was written after the last annotation (%.0f status writes in the window)", writes)
 	g.Expect(d.Status.Conditions).To(ContainElement(HaveField("Type", sqlv1alpha1.ReadyCondition)))
 }
