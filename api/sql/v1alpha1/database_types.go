@@ -138,7 +138,9 @@ type AtProvider struct {
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 
-	// observedTime is when the server was last observed.
+	// observedTime is when the server was observed as the other fields
+	// say: an observation that finds the same existence, owner and size
+	// keeps the earlier time, so a Database at rest is not written.
 	// +optional
 	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
 }

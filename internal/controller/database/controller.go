@@ -27,9 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -285,62 +282,18 @@ func (r *Reconciler) databasesForInstance(ctx context.Context, o client.Object) 
 	return out
 }
 
-// ownedConditions are the condition types this controller writes; others on
-// the same status (the backup controller's) are left alone.
-var ownedConditions = []string{sqlv1alpha1.ReadyCondition, sqlv1alpha1.SyncedCondition, sqlv1alpha1.StalledCondition, sqlv1alpha1.DeletingCondition}
-
-// patchStatus writes the status with an optimistic lock, so conditions other
-// controllers set are never overwritten from a stale copy. On a conflict it
-// re-reads the object and re-applies only what this run changed (owned
-// conditions win), so neither this run's observation (a drift correction in
-// particular) nor a newer write by an earlier run is lost.
-func (r *Reconciler) patchStatus(ctx context.Context, d, base *sqlv1alpha1.Database) error {
-	if equality.Semantic.DeepEqual(base.Status, d.Status) {
-		return nil // unchanged: nothing to send
-	}
-	err := r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
-	for attempt := 0; attempt < 5 && apierrors.IsConflict(err); attempt++ {
-		fresh := &sqlv1alpha1.Database{}
-		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), fresh); err != nil {
-			return err
-		}
-		freshBase := fresh.DeepCopy()
-		reapplyStatus(&fresh.Status, &base.Status, &d.Status)
-		err = r.Status().Patch(ctx, fresh, client.MergeFromWithOptions(freshBase, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
-	}
-	return err
+// freshReads is the client the status patcher re-reads a Database with after
+// a conflict: past the cache, so a drift correction found by this run is
+// re-applied to the object as stored, not lost to a cache that has not yet
+// seen the previous run's write.
+type freshReads struct {
+	client.Client
+	fresh client.Reader
 }
 
-// reapplyStatus applies to fresh the changes from base to ours.
-func reapplyStatus(fresh, base, ours *sqlv1alpha1.DatabaseStatus) {
-	if ours.Engine != base.Engine {
-		fresh.Engine = ours.Engine
-	}
-	if ours.DatabaseName != base.DatabaseName || ours.Owner != base.Owner {
-		fresh.DatabaseName, fresh.Owner = ours.DatabaseName, ours.Owner
-	}
-	if !equality.Semantic.DeepEqual(ours.AtProvider, base.AtProvider) {
-		fresh.AtProvider = ours.AtProvider
-	}
-	if !equality.Semantic.DeepEqual(ours.LastDriftCorrected, base.LastDriftCorrected) {
-		fresh.LastDriftCorrected = ours.LastDriftCorrected
-	}
-	fresh.DriftCorrections += ours.DriftCorrections - base.DriftCorrections
-	if ours.RestoredFrom != base.RestoredFrom {
-		fresh.RestoredFrom = ours.RestoredFrom
-	}
-	if ours.ObservedGeneration != base.ObservedGeneration {
-		fresh.ObservedGeneration = ours.ObservedGeneration
-	}
-	for _, t := range ownedConditions {
-		c, was := meta.FindStatusCondition(ours.Conditions, t), meta.FindStatusCondition(base.Conditions, t)
-		switch {
-		case c == nil && was != nil:
-			meta.RemoveStatusCondition(&fresh.Conditions, t)
-		case c != nil && !equality.Semantic.DeepEqual(c, was):
-			meta.SetStatusCondition(&fresh.Conditions, *c)
-		}
-	}
+// Get reads past the cache.
+func (f freshReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return f.fresh.Get(ctx, key, obj, opts...)
 }
 
 // Reconcile provisions, observes or deletes one Database.
@@ -350,19 +303,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Database", klog.KObj(d)))
-	if d.DeletionTimestamp.IsZero() && !slices.Contains(d.Finalizers, sqlv1alpha1.DatabaseFinalizer) {
+	if d.DeletionTimestamp.IsZero() {
 		// The finalizer goes on before anything exists on the server. Once the
-		// API server has it, this pass goes on with the object it returned
-		// instead of waiting for the watch to bring that object back: under
-		// load the watch was the larger part of a new Database's wait.
-		base := d.DeepCopy()
-		d.Finalizers = append(d.Finalizers, sqlv1alpha1.DatabaseFinalizer)
-		if err := r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		// API server has it, this pass goes on instead of waiting for the
+		// watch to bring the object back: under load the watch was the larger
+		// part of a new Database's wait.
+		if _, err := creconcile.EnsureFinalizer(ctx, r.Client, d, sqlv1alpha1.DatabaseFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	s := newScope(d, time.Now())
-	base := d.DeepCopy()
+	// One status write at the end, none when nothing changed. It is locked
+	// on the resourceVersion: on a conflict only this run's changes are
+	// re-applied to the fresh object, so conditions other controllers set
+	// (the backup controller's) are never overwritten from a stale copy.
+	patcher := creconcile.NewStatusPatcher(freshReads{Client: r.Client, fresh: r.apiReader}, d)
 	defer func() {
 		computeStatus(s)
 		// A terminal error (Stalled) has observed this generation too:
@@ -371,8 +326,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if (retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil))) && !s.deleting {
 			d.Status.ObservedGeneration = d.Generation
 		}
-		if err := r.patchStatus(ctx, d, base); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
+		if err := patcher.Patch(ctx, d); err != nil {
+			retErr = errors.Join(retErr, err)
 		}
 	}()
 	if !d.DeletionTimestamp.IsZero() {

@@ -8,9 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // reconcileDelete drops (Delete) or keeps (Retain) the database once this
@@ -129,12 +129,7 @@ func verb(d *sqlv1alpha1.Database) string {
 }
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, d *sqlv1alpha1.Database) error {
-	base := d.DeepCopy()
-	d.Finalizers = slices.DeleteFunc(d.Finalizers, func(f string) bool { return f == sqlv1alpha1.DatabaseFinalizer })
-	if err := r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	return nil
+	return creconcile.RemoveFinalizer(ctx, r.Client, d, sqlv1alpha1.DatabaseFinalizer)
 }
 
 func conditionMessage(d *sqlv1alpha1.Database, typ string) string {

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -80,6 +79,11 @@ func computeStatus(s *scope) {
 		st.Engine = s.engine
 	}
 	if s.atProvider != nil {
+		// An observation that found what the last one did keeps its
+		// observedTime: a Database at rest is not written at all.
+		if sameObservation(st.AtProvider, *s.atProvider) {
+			s.atProvider.ObservedTime = st.AtProvider.ObservedTime
+		}
 		st.AtProvider = *s.atProvider
 	}
 	if n := len(s.corrections); n > 0 {
@@ -96,37 +100,37 @@ func computeStatus(s *scope) {
 	}
 	if s.deleting {
 		if s.deletingReason != "" {
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.DeletingCondition, Status: metav1.ConditionTrue,
-				Reason: s.deletingReason, Message: reconcile.Truncate(s.deletingMessage, reconcile.MaxMessageBytes), ObservedGeneration: gen})
+			reconcile.MarkTrue(&st.Conditions, gen, sqlv1alpha1.DeletingCondition, s.deletingReason, reconcile.Truncate(s.deletingMessage, reconcile.MaxMessageBytes))
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
-			Reason: nonEmpty(s.deletingReason, "Deleting"), Message: "the Database is being deleted", ObservedGeneration: gen})
+		reconcile.MarkFalse(&st.Conditions, gen, sqlv1alpha1.ReadyCondition, nonEmpty(s.deletingReason, "Deleting"), "the Database is being deleted")
 		return
 	}
 	if s.available {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionTrue,
-			Reason: sqlv1alpha1.AvailableReason, Message: fmt.Sprintf("Role %q logged in to database %q", s.owner, s.dbName), ObservedGeneration: gen})
-		synced := metav1.Condition{Type: sqlv1alpha1.SyncedCondition, Status: metav1.ConditionTrue,
-			Reason: sqlv1alpha1.UpToDateReason, Message: "The server matched the spec", ObservedGeneration: gen}
+		reconcile.MarkTrue(&st.Conditions, gen, sqlv1alpha1.ReadyCondition, sqlv1alpha1.AvailableReason,
+			reconcile.Truncate(fmt.Sprintf("Role %q logged in to database %q", s.owner, s.dbName), reconcile.MaxMessageBytes))
+		reason, msg := sqlv1alpha1.UpToDateReason, "The server matched the spec"
 		if len(s.corrections) > 0 {
-			synced.Reason, synced.Message = sqlv1alpha1.DriftCorrectedReason, st.LastDriftCorrected.Message
+			reason, msg = sqlv1alpha1.DriftCorrectedReason, st.LastDriftCorrected.Message
 		}
-		meta.SetStatusCondition(&st.Conditions, synced)
-		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
+		reconcile.MarkTrue(&st.Conditions, gen, sqlv1alpha1.SyncedCondition, reason, msg)
+		reconcile.Remove(&st.Conditions, sqlv1alpha1.StalledCondition)
 		return
 	}
 	reason := nonEmpty(s.reason, sqlv1alpha1.ProvisioningReason)
 	msg := reconcile.Truncate(nonEmpty(s.message, "Provisioning"), reconcile.MaxMessageBytes)
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
-		Reason: reason, Message: msg, ObservedGeneration: gen})
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.SyncedCondition, Status: metav1.ConditionFalse,
-		Reason: reason, Message: msg, ObservedGeneration: gen})
+	reconcile.MarkFalse(&st.Conditions, gen, sqlv1alpha1.ReadyCondition, reason, msg)
+	reconcile.MarkFalse(&st.Conditions, gen, sqlv1alpha1.SyncedCondition, reason, msg)
 	if s.stalled {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.StalledCondition, Status: metav1.ConditionTrue,
-			Reason: reason, Message: msg, ObservedGeneration: gen})
+		reconcile.MarkTrue(&st.Conditions, gen, sqlv1alpha1.StalledCondition, reason, msg)
 	} else {
-		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
+		reconcile.Remove(&st.Conditions, sqlv1alpha1.StalledCondition)
 	}
+}
+
+// sameObservation: b found on the server what a found (existence, owner and
+// size), whenever each was observed.
+func sameObservation(a, b sqlv1alpha1.AtProvider) bool {
+	return a.ObservedTime != nil && a.Exists == b.Exists && a.Owner == b.Owner && a.SizeBytes == b.SizeBytes
 }
 
 func nonEmpty(s, def string) string {

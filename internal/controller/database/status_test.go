@@ -87,23 +87,3 @@ func TestConnectionURI(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p).To(MatchRegexp(`^[A-Za-z0-9]{32}$`))
 }
-
-// TestReapplyStatus: after a conflict only this run's changes are applied
-// to the fresh status; a correction written by an earlier run survives a
-// run that started from a stale copy.
-func TestReapplyStatus(t *testing.T) {
-	g := NewWithT(t)
-	corr := &sqlv1alpha1.DriftCorrection{Kind: sqlv1alpha1.DriftDatabaseRecreated}
-	fresh := sqlv1alpha1.DatabaseStatus{LastDriftCorrected: corr, DriftCorrections: 1,
-		Conditions: []metav1.Condition{{Type: "BackupBeforeDelete", Status: metav1.ConditionTrue, Reason: "X"}}}
-	base := sqlv1alpha1.DatabaseStatus{} // stale: before the correction
-	ours := base
-	ours.Engine = "postgres"
-	ours.Conditions = []metav1.Condition{{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: sqlv1alpha1.AvailableReason}}
-	reapplyStatus(&fresh, &base, &ours)
-	g.Expect(fresh.LastDriftCorrected).To(Equal(corr))
-	g.Expect(fresh.DriftCorrections).To(Equal(int64(1)))
-	g.Expect(fresh.Engine).To(Equal("postgres"))
-	g.Expect(meta.FindStatusCondition(fresh.Conditions, "BackupBeforeDelete")).NotTo(BeNil())
-	g.Expect(meta.IsStatusConditionTrue(fresh.Conditions, sqlv1alpha1.ReadyCondition)).To(BeTrue())
-}

@@ -8,11 +8,9 @@ package gitrepository
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -26,6 +24,7 @@ import (
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -100,16 +99,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("GitRepository", klog.KObj(repo)))
 	s := &scope{repo: repo, now: time.Now()}
-	base := repo.DeepCopy()
+	patcher := creconcile.NewStatusPatcher(r.Client, repo)
 	defer func() {
 		computeStatus(s)
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
 			repo.Status.ObservedGeneration = repo.Generation
 		}
-		if !equality.Semantic.DeepEqual(base.Status, repo.Status) {
-			if err := r.Status().Patch(ctx, repo, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-			}
+		// An unchanged status is not sent.
+		if err := patcher.Patch(ctx, repo); err != nil {
+			retErr = errors.Join(retErr, err)
 		}
 		if s.fetched != nil {
 			r.Recorder.Eventf(repo, nil, corev1.EventTypeNormal, "NewArtifact", "Fetch",

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -24,6 +23,7 @@ import (
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // Controller names, used with --controllers, in logs and metrics.
@@ -160,9 +160,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(string(r.Engine)+"Instance", klog.KObj(inst)))
 	s := &scope{inst: inst, engine: r.Engine}
-	base := inst.DeepCopyObject().(client.Object)
+	wasReady := inst.InstanceStatus().Ready
+	patcher := creconcile.NewStatusPatcher(r.Client, inst)
 	defer func() {
-		wasReady := base.(sqlInstance).InstanceStatus().Ready
 		computeStatus(s)
 		// A terminal error (Stalled) has observed this generation too, so
 		// that kstatus reads it Failed rather than InProgress; so has a
@@ -180,10 +180,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			r.Recorder.Eventf(inst, nil, typ, reason, "Check", "%s", msg)
 		}
-		if !equality.Semantic.DeepEqual(base.(sqlInstance).InstanceStatus(), inst.InstanceStatus()) {
-			if err := r.Status().Patch(ctx, inst, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-			}
+		// An unchanged status is not sent.
+		if err := patcher.Patch(ctx, inst); err != nil {
+			retErr = errors.Join(retErr, err)
 		}
 	}()
 	return r.check(ctx, s)

@@ -1,9 +1,6 @@
 package sqlinstance
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/pkg/reconcile"
 )
@@ -38,18 +35,17 @@ func computeStatus(s *scope) {
 		st.Endpoint = &sqlv1alpha1.Endpoint{Host: spec.Host, Port: int32(s.port)} //nolint:gosec // port is validated to 1..65535
 		st.Version = s.version
 		st.AdminSecretRef = &sqlv1alpha1.SecretReference{Name: spec.AdminSecretRef.Name}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionTrue,
-			Reason: sqlv1alpha1.ConnectedReason, Message: "Logged in and ran SELECT 1 on " + s.version, ObservedGeneration: gen})
-		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
+		reconcile.MarkTrue(&st.Conditions, gen, sqlv1alpha1.ReadyCondition, sqlv1alpha1.ConnectedReason,
+			reconcile.Truncate("Logged in and ran SELECT 1 on "+s.version, reconcile.MaxMessageBytes))
+		reconcile.Remove(&st.Conditions, sqlv1alpha1.StalledCondition)
 		return
 	}
 	st.Endpoint, st.AdminSecretRef = nil, nil
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
-		Reason: s.reason, Message: reconcile.Truncate(s.message, reconcile.MaxMessageBytes), ObservedGeneration: gen})
+	msg := reconcile.Truncate(s.message, reconcile.MaxMessageBytes)
+	reconcile.MarkFalse(&st.Conditions, gen, sqlv1alpha1.ReadyCondition, s.reason, msg)
 	if s.stalled {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sqlv1alpha1.StalledCondition, Status: metav1.ConditionTrue,
-			Reason: s.reason, Message: reconcile.Truncate(s.message, reconcile.MaxMessageBytes), ObservedGeneration: gen})
+		reconcile.MarkTrue(&st.Conditions, gen, sqlv1alpha1.StalledCondition, s.reason, msg)
 	} else {
-		meta.RemoveStatusCondition(&st.Conditions, sqlv1alpha1.StalledCondition)
+		reconcile.Remove(&st.Conditions, sqlv1alpha1.StalledCondition)
 	}
 }

@@ -10,13 +10,11 @@ package sync
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	gosync "sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -207,7 +205,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return ctrl.Result{}, err
 		}
 	}
-	s := &scope{sync: sy, base: sy.DeepCopy(), now: time.Now(), st: r.state(req.NamespacedName)}
+	s := &scope{sync: sy, status: creconcile.NewStatusPatcher(r.Client, sy), now: time.Now(), st: r.state(req.NamespacedName)}
 	defer func() {
 		computeStatus(s)
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
@@ -215,10 +213,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		// An unchanged status is not sent: a Sync at rest costs the API
 		// server nothing.
-		if !equality.Semantic.DeepEqual(s.base.Status, sy.Status) {
-			if err := r.Status().Patch(ctx, sy, client.MergeFrom(s.base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-				retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-			}
+		if err := s.status.Patch(ctx, sy); err != nil {
+			retErr = errors.Join(retErr, err)
 		}
 		r.emitEvents(s)
 		inventoryObjects.WithLabelValues(sy.Namespace, sy.Name).Set(float64(len(sy.Status.Inventory)))

@@ -22,6 +22,7 @@ import (
 	"github.com/converge-dev/converge/internal/gitops/placement"
 	"github.com/converge-dev/converge/internal/gitops/render"
 	gitopsspec "github.com/converge-dev/converge/internal/gitops/spec"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // dependencyRequeue is how often a Sync waiting on a non-Sync dependency
@@ -31,12 +32,13 @@ const dependencyRequeue = 5 * time.Second
 // scope holds what one reconciliation observed and decided.
 type scope struct {
 	sync *gitopsv1alpha1.Sync
-	// base is the Sync as the API server last stored it: the deferred
-	// status patch is computed against it. writeAheadInventory moves it
-	// forward, so the final patch does not carry a large inventory twice.
-	base *gitopsv1alpha1.Sync
-	now  time.Time
-	st   *syncState
+	// status writes the status: once at the end of the reconcile, and
+	// before the apply when writeAheadInventory records new objects. Each
+	// write is the base of the next, so the final patch does not carry a
+	// large inventory twice.
+	status *creconcile.StatusPatcher
+	now    time.Time
+	st     *syncState
 
 	revision  string
 	suspended bool
@@ -378,15 +380,13 @@ func (r *Reconciler) writeAheadInventory(ctx context.Context, s *scope, objs []*
 	}
 	sy.Status.Inventory = union(sy.Status.Inventory, missing)
 	// Say what is going on while a large revision is applied.
-	meta.SetStatusCondition(&sy.Status.Conditions, metav1.Condition{Type: gitopsv1alpha1.ReconcilingCondition,
-		Status: metav1.ConditionTrue, Reason: gitopsv1alpha1.ProgressingReason, ObservedGeneration: sy.Generation,
-		Message: fmt.Sprintf("applying revision %s (%d new objects)", s.revision, len(missing))})
-	// Against the last stored state: this patch carries every status change
-	// made so far, and the final one only what changes after it.
-	if err := r.Status().Patch(ctx, sy, client.MergeFrom(s.base), client.FieldOwner(FieldManager)); err != nil {
+	creconcile.MarkTrue(&sy.Status.Conditions, sy.Generation, gitopsv1alpha1.ReconcilingCondition, gitopsv1alpha1.ProgressingReason,
+		fmt.Sprintf("applying revision %s (%d new objects)", s.revision, len(missing)))
+	// This patch carries every status change made so far, and the final
+	// one only what changes after it.
+	if err := s.status.Patch(ctx, sy); err != nil {
 		return fmt.Errorf("recording the inventory before applying: %w", err)
 	}
-	s.base = sy.DeepCopy()
 	return nil
 }
 

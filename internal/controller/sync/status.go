@@ -3,7 +3,6 @@ package sync
 import (
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
@@ -17,9 +16,9 @@ func computeStatus(s *scope) {
 	sy := s.sync
 	conds := &sy.Status.Conditions
 	set := func(t string, st metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: st, Reason: reason, Message: reconcile.Truncate(msg, 4000), ObservedGeneration: sy.Generation})
+		reconcile.SetCondition(conds, sy.Generation, t, st, reason, reconcile.Truncate(msg, reconcile.MaxMessageBytes))
 	}
-	del := func(t string) { meta.RemoveStatusCondition(conds, t) }
+	del := func(t string) { reconcile.Remove(conds, t) }
 
 	if s.healthy != nil {
 		if *s.healthy {
