@@ -129,12 +129,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The finalizer and the providerID in one write, before the Node.
 	if !controllerutil.ContainsFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer) || km.Spec.ProviderID == "" {
-		base := km.DeepCopy()
-		controllerutil.AddFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer)
-		if km.Spec.ProviderID == "" {
-			km.Spec.ProviderID = machinespec.KwokProviderID(km)
-		}
-		return ctrl.Result{}, r.Patch(ctx, km, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+		_, err := creconcile.EnsureFinalizerWith(ctx, r.Client, km, infrastructurev1alpha1.KwokMachineFinalizer, func() {
+			if km.Spec.ProviderID == "" {
+				km.Spec.ProviderID = machinespec.KwokProviderID(km)
+			}
+		})
+		return ctrl.Result{}, err
 	}
 	patcher := creconcile.NewStatusPatcher(r.Client, km)
 	err := r.reconcileNode(ctx, km)
