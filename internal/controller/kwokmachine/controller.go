@@ -231,6 +231,7 @@ func (r *Reconciler) power(ctx context.Context, km *infrastructurev1alpha1.KwokM
 		now := metav1.Now()
 		setNodeCondition(node, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: nodePoweredOffReason,
 			Message: "the KwokMachine is powered off", LastHeartbeatTime: now, LastTransitionTime: now})
+		//nolint:forbidigo // a Node, not a kind of ours: kwok heartbeats its status, so this one condition is written unlocked rather than retried against each heartbeat
 		if err := r.Status().Patch(ctx, node, client.MergeFrom(base)); err != nil {
 			return fmt.Errorf("marking Node %s NotReady: %w", node.Name, err)
 		}
