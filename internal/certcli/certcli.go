@@ -22,6 +22,7 @@ import (
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/issuerref"
 	"github.com/converge-dev/converge/internal/pki"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // Renew asks for a new certificate now: it sets Issuing=True with reason
@@ -36,9 +37,11 @@ func Renew(ctx context.Context, c client.Client, ns, name string) (*pkiv1alpha1.
 		return nil, fmt.Errorf("certificate %s/%s is already being issued", ns, name)
 	}
 	before := cert.DeepCopy()
-	meta.SetStatusCondition(&cert.Status.Conditions, metav1.Condition{Type: pkiv1alpha1.IssuingCondition, Status: metav1.ConditionTrue,
-		Reason: pkiv1alpha1.ManuallyTriggeredReason, Message: pkiv1alpha1.ManuallyTriggeredReason + ": renewal requested by converge cert renew", ObservedGeneration: cert.Generation})
-	if err := c.Status().Patch(ctx, &cert, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	creconcile.MarkTrue(&cert.Status.Conditions, cert.Generation, pkiv1alpha1.IssuingCondition, pkiv1alpha1.ManuallyTriggeredReason,
+		pkiv1alpha1.ManuallyTriggeredReason+": renewal requested by converge cert renew")
+	// Locked, and a conflict is returned rather than re-applied: the check
+	// above (not already issuing) holds only for the object it read.
+	if _, err := creconcile.PatchStatusLocked(ctx, c, before, &cert); err != nil {
 		return nil, fmt.Errorf("requesting renewal: %w", err)
 	}
 	return &cert, nil

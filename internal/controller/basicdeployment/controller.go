@@ -9,11 +9,8 @@ package basicdeployment
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
@@ -25,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -113,18 +111,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("BasicDeployment", klog.KObj(d)))
 	s := &scope{d: d, now: r.now()}
 	base := d.DeepCopy()
+	// The kit's patcher sends nothing when the status did not change.
+	patcher := creconcile.NewStatusPatcher(r.Client, d)
 	defer func() {
 		computeStatus(s, &base.Status)
 		if retErr == nil {
 			d.Status.ObservedGeneration = d.Generation
 			res.RequeueAfter = s.requeueAfter
 		}
-		if apiequality.Semantic.DeepEqual(base.Status, d.Status) {
-			return // nothing changed: spare the API server an empty patch
-		}
-		if err := r.Status().Patch(ctx, d, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-		}
+		retErr = errors.Join(retErr, patcher.Patch(ctx, d))
 	}()
 	return ctrl.Result{}, r.reconcileReplicaSets(ctx, s)
 }

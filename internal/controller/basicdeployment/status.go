@@ -40,10 +40,11 @@ func computeStatus(s *scope, old *workloadsv1alpha1.BasicDeploymentStatus) {
 	if st.AvailableReplicas < minAvailable {
 		avail.Status, avail.Reason = metav1.ConditionFalse, workloadsv1alpha1.MinimumReplicasUnavailableReason
 	}
-	meta.SetStatusCondition(&st.Conditions, avail)
+	creconcile.SetCondition(&st.Conditions, d.Generation, avail.Type, avail.Status, avail.Reason, avail.Message)
 
 	progressing(s, old)
-	meta.SetStatusCondition(&st.Conditions, readyCondition(s))
+	ready := readyCondition(s)
+	creconcile.SetCondition(&st.Conditions, d.Generation, ready.Type, ready.Status, ready.Reason, ready.Message)
 }
 
 // progressing sets the Progressing condition and lastProgressTime, and asks
@@ -92,7 +93,7 @@ func progressing(s *scope, old *workloadsv1alpha1.BasicDeploymentStatus) {
 			cond.Status, cond.Reason, cond.Message = prev.Status, prev.Reason, prev.Message
 		}
 	}
-	meta.SetStatusCondition(&st.Conditions, cond)
+	creconcile.SetCondition(&st.Conditions, d.Generation, cond.Type, cond.Status, cond.Reason, cond.Message)
 	// Past its progress deadline the rollout is Failed for kstatus, as a
 	// Deployment is (the rollout still goes on if it can).
 	if cond.Status == metav1.ConditionFalse && cond.Reason == workloadsv1alpha1.ProgressDeadlineExceededReason {

@@ -8,11 +8,9 @@ package basicreplicaset
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -131,7 +130,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("BasicReplicaSet", klog.KObj(rs)))
 	s := &scope{rs: rs, key: req.NamespacedName, now: time.Now()}
-	base := rs.DeepCopy()
+	// The kit's patcher sends nothing when the status did not change.
+	patcher := creconcile.NewStatusPatcher(r.Client, rs)
 	defer func() {
 		computeStatus(s)
 		// A create or delete the API refused (quota, a webhook) was acted
@@ -141,12 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if retErr == nil || s.failure != nil {
 			rs.Status.ObservedGeneration = rs.Generation
 		}
-		if apiequality.Semantic.DeepEqual(base.Status, rs.Status) {
-			return // nothing changed: spare the API server an empty patch
-		}
-		if err := r.Status().Patch(ctx, rs, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-		}
+		retErr = errors.Join(retErr, patcher.Patch(ctx, rs))
 	}()
 	if err := r.reconcilePods(ctx, s); err != nil {
 		return ctrl.Result{}, err

@@ -5,11 +5,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // computeStatus turns the observations on s into status counts and
@@ -65,19 +65,16 @@ func computeStatus(s *scope) {
 		ready.Status, ready.Reason = metav1.ConditionTrue, workloadsv1alpha1.AvailableReason
 		ready.Message = fmt.Sprintf("%d of %d Pods available", st.AvailableReplicas, want)
 	}
-	meta.SetStatusCondition(&st.Conditions, ready)
+	creconcile.SetCondition(&st.Conditions, rs.Generation, ready.Type, ready.Status, ready.Reason, ready.Message)
 
 	if s.failure != nil {
 		reason := workloadsv1alpha1.FailedCreateReason
 		if s.failureVerb == "delete" {
 			reason = workloadsv1alpha1.FailedDeleteReason
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: workloadsv1alpha1.ReplicaFailureCondition, Status: metav1.ConditionTrue,
-			Reason: reason, Message: s.failure.Error(), ObservedGeneration: rs.Generation,
-		})
+		creconcile.MarkTrue(&st.Conditions, rs.Generation, workloadsv1alpha1.ReplicaFailureCondition, reason, s.failure.Error())
 	} else if s.scaling == 0 {
-		meta.RemoveStatusCondition(&st.Conditions, workloadsv1alpha1.ReplicaFailureCondition)
+		creconcile.Remove(&st.Conditions, workloadsv1alpha1.ReplicaFailureCondition)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/internal/sqlengine"
+	"github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -77,7 +77,6 @@ type Reconciler struct {
 	// beforeRelease runs after the DatabaseBackup is recorded and before the
 	// finalizer is removed; tests use it to kill the manager there.
 	beforeRelease func(ctx context.Context) error
-	apiReader     client.Reader
 }
 
 // SetupWithManager registers the controller.
@@ -86,7 +85,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("the backup-before-delete controller needs a backup directory (--backup-dir)")
 	}
 	r.Client = mgr.GetClient()
-	r.apiReader = mgr.GetAPIReader()
 	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	if r.Dump == nil {
 		r.Dump = sqlengine.Dump
@@ -134,21 +132,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.reconcileDelete(ctx, d)
 }
 
+// setFinalizer adds or removes the before-delete finalizer through the
+// kit's locked finalizer patches.
 func (r *Reconciler) setFinalizer(ctx context.Context, d *sqlv1alpha1.Database, on bool) error {
-	base := d.DeepCopy()
 	if on {
-		d.Finalizers = append(d.Finalizers, backupv1alpha1.BeforeDeleteFinalizer)
-	} else {
-		d.Finalizers = slices.DeleteFunc(d.Finalizers, func(f string) bool { return f == backupv1alpha1.BeforeDeleteFinalizer })
+		_, err := reconcile.EnsureFinalizer(ctx, r.Client, d, backupv1alpha1.BeforeDeleteFinalizer)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
 	}
-	err := r.Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("updating finalizers: %w", err)
-	}
-	return nil
+	return reconcile.RemoveFinalizer(ctx, r.Client, d, backupv1alpha1.BeforeDeleteFinalizer)
 }
 
 // BackupName is the DatabaseBackup name for a Database's pre-delete dump:

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -119,7 +118,7 @@ func (r *Reconciler) dump(ctx context.Context, d *sqlv1alpha1.Database, b *backu
 		r.Recorder.Eventf(d, nil, corev1.EventTypeNormal, backupv1alpha1.DatabaseGoneReason, "Backup", "%s", msg)
 		if err := r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 			st.Phase = backupv1alpha1.BackupFailed
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.FailedCondition, Status: metav1.ConditionTrue, Reason: backupv1alpha1.DatabaseGoneReason, Message: msg})
+			reconcile.MarkTrue(&st.Conditions, b.Generation, backupv1alpha1.FailedCondition, backupv1alpha1.DatabaseGoneReason, msg)
 		}); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -132,10 +131,10 @@ func (r *Reconciler) dump(ctx context.Context, d *sqlv1alpha1.Database, b *backu
 	now := metav1.Now()
 	if err := r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 		st.Phase, st.StartTime, st.Engine, st.ServerVersion, st.Location = backupv1alpha1.BackupRunning, &now, string(cfg.Engine), version, rel
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: backupv1alpha1.DumpingReason, Message: "dumping"})
+		reconcile.MarkFalse(&st.Conditions, b.Generation, backupv1alpha1.ReadyCondition, backupv1alpha1.DumpingReason, "dumping")
 		// A new attempt after a failed dump: no longer Failed (nor
 		// Stalled, which kstatus would read Failed while it runs).
-		meta.RemoveStatusCondition(&st.Conditions, backupv1alpha1.FailedCondition)
+		reconcile.Remove(&st.Conditions, backupv1alpha1.FailedCondition)
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -155,9 +154,9 @@ func (r *Reconciler) dump(ctx context.Context, d *sqlv1alpha1.Database, b *backu
 	done := metav1.Now()
 	if err := r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 		st.Phase, st.CompletionTime, st.SizeBytes, st.SHA256, st.Tool = backupv1alpha1.BackupCompleted, &done, res.SizeBytes, res.SHA256, res.Tool
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: backupv1alpha1.CompletedReason,
-			Message: fmt.Sprintf("%d bytes, sha256 %s", res.SizeBytes, res.SHA256)})
-		meta.RemoveStatusCondition(&st.Conditions, backupv1alpha1.FailedCondition)
+		reconcile.MarkTrue(&st.Conditions, b.Generation, backupv1alpha1.ReadyCondition, backupv1alpha1.CompletedReason,
+			fmt.Sprintf("%d bytes, sha256 %s", res.SizeBytes, res.SHA256))
+		reconcile.Remove(&st.Conditions, backupv1alpha1.FailedCondition)
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -189,47 +188,37 @@ func (r *Reconciler) blocked(ctx context.Context, d *sqlv1alpha1.Database, b *ba
 	errs := []error{cause}
 	errs = append(errs, r.patchBackup(ctx, b, func(st *backupv1alpha1.DatabaseBackupStatus) {
 		st.Phase = backupv1alpha1.BackupFailed
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.FailedCondition, Status: metav1.ConditionTrue, Reason: reason, Message: reconcile.Truncate(cause.Error(), reconcile.MaxMessageBytes)})
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: backupv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: reconcile.Truncate(cause.Error(), reconcile.MaxMessageBytes)})
+		msg := reconcile.Truncate(cause.Error(), reconcile.MaxMessageBytes)
+		reconcile.MarkTrue(&st.Conditions, b.Generation, backupv1alpha1.FailedCondition, reason, msg)
+		reconcile.MarkFalse(&st.Conditions, b.Generation, backupv1alpha1.ReadyCondition, reason, msg)
 	}))
 	errs = append(errs, r.setCondition(ctx, d, metav1.ConditionFalse, reason, msg))
 	return errors.Join(errs...)
 }
 
-// setCondition sets this controller's condition on the Database's status,
-// with an optimistic lock so the Database controller's conditions survive.
-// On a conflict (the Database controller wrote meanwhile) it re-reads the
-// Database and sets the condition again.
+// setCondition sets this controller's condition on the Database's status
+// through the kit's StatusPatcher: nothing is sent when the condition is
+// already so, and on a conflict (the Database controller wrote meanwhile)
+// only this condition is re-applied to the fresh Database, so the Database
+// controller's conditions survive.
 func (r *Reconciler) setCondition(ctx context.Context, d *sqlv1alpha1.Database, status metav1.ConditionStatus, reason, msg string) error {
-	cond := metav1.Condition{Type: backupv1alpha1.BackupBeforeDeleteCondition, Status: status,
-		Reason: reason, Message: reconcile.Truncate(msg, reconcile.MaxMessageBytes), ObservedGeneration: d.Generation}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if attempt > 0 {
-			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-		}
-		base := d.DeepCopy()
-		meta.SetStatusCondition(&d.Status.Conditions, cond)
-		err = r.Status().Patch(ctx, d, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
-		if !apierrors.IsConflict(err) {
-			break
-		}
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	p := reconcile.NewStatusPatcher(r.Client, d)
+	reconcile.SetCondition(&d.Status.Conditions, d.Generation, backupv1alpha1.BackupBeforeDeleteCondition, status, reason, reconcile.Truncate(msg, reconcile.MaxMessageBytes))
+	if err := p.Patch(ctx, d); err != nil {
 		return fmt.Errorf("patching the Database status: %w", err)
 	}
 	return nil
 }
 
+// patchBackup applies f to the DatabaseBackup's status and writes it
+// through the kit's StatusPatcher (nothing is sent when f changed nothing).
 func (r *Reconciler) patchBackup(ctx context.Context, b *backupv1alpha1.DatabaseBackup, f func(*backupv1alpha1.DatabaseBackupStatus)) error {
-	base := b.DeepCopy()
+	p := reconcile.NewStatusPatcher(r.Client, b)
 	f(&b.Status)
 	// A failed dump is terminal: Stalled mirrors Failed, so kstatus reads
 	// it Failed.
 	reconcile.MirrorStalled(&b.Status.Conditions, b.Generation, backupv1alpha1.FailedCondition)
-	if err := r.Status().Patch(ctx, b, client.MergeFrom(base), client.FieldOwner(FieldManager)); err != nil {
+	if err := p.Patch(ctx, b); err != nil {
 		return fmt.Errorf("patching DatabaseBackup %s: %w", b.Name, err)
 	}
 	return nil

@@ -30,6 +30,7 @@ import (
 	dhcpv1alpha1 "github.com/converge-dev/converge/api/dhcp/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/ippool"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the name used with --controllers, in logs and metrics.
@@ -237,7 +238,10 @@ func (r *Reconciler) patchPool(ctx context.Context, pool *dhcpv1alpha1.IPPool, m
 			return true, nil
 		}
 		poolStatus(after, p)
-		err := r.Client.Status().Patch(ctx, after, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+		// The lock is what keeps an address from being given twice: the
+		// kit's PatchStatusLocked returns a conflict, and the loop reads
+		// the pool again and allocates anew.
+		_, err := creconcile.PatchStatusLocked(ctx, r.Client, pool, after, client.FieldOwner(FieldManager))
 		switch {
 		case apierrors.IsConflict(err):
 			return false, nil

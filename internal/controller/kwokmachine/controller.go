@@ -129,12 +129,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The finalizer and the providerID in one write, before the Node.
 	if !controllerutil.ContainsFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer) || km.Spec.ProviderID == "" {
-		base := km.DeepCopy()
-		controllerutil.AddFinalizer(km, infrastructurev1alpha1.KwokMachineFinalizer)
-		if km.Spec.ProviderID == "" {
-			km.Spec.ProviderID = machinespec.KwokProviderID(km)
-		}
-		return ctrl.Result{}, r.Patch(ctx, km, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager))
+		_, err := creconcile.EnsureFinalizerWith(ctx, r.Client, km, infrastructurev1alpha1.KwokMachineFinalizer, func() {
+			if km.Spec.ProviderID == "" {
+				km.Spec.ProviderID = machinespec.KwokProviderID(km)
+			}
+		})
+		return ctrl.Result{}, err
 	}
 	patcher := creconcile.NewStatusPatcher(r.Client, km)
 	err := r.reconcileNode(ctx, km)
@@ -231,6 +231,7 @@ func (r *Reconciler) power(ctx context.Context, km *infrastructurev1alpha1.KwokM
 		now := metav1.Now()
 		setNodeCondition(node, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: nodePoweredOffReason,
 			Message: "the KwokMachine is powered off", LastHeartbeatTime: now, LastTransitionTime: now})
+		//nolint:forbidigo // a Node, not a kind of ours: kwok heartbeats its status, so this one condition is written unlocked rather than retried against each heartbeat
 		if err := r.Status().Patch(ctx, node, client.MergeFrom(base)); err != nil {
 			return fmt.Errorf("marking Node %s NotReady: %w", node.Name, err)
 		}

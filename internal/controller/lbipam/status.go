@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbipam"
@@ -36,8 +35,10 @@ func (r *Reconciler) patchPool(ctx context.Context, pool *lbv1alpha1.IPAddressPo
 	if rs, err := lbipam.ParseAddresses(after.Spec.Addresses); err == nil {
 		poolStatus(lbipam.Pool{Obj: after, Ranges: rs})
 	}
-	if err := r.Client.Status().Patch(ctx, after, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patching IPAddressPool %s status: %w", pool.Name, err)
+	// The lock is what keeps an address from being given twice: the kit's
+	// PatchStatusLocked returns a conflict and never re-applies.
+	if _, err := reconcile.PatchStatusLocked(ctx, r.Client, pool, after); err != nil {
+		return fmt.Errorf("IPAddressPool %s: %w", pool.Name, err)
 	}
 	*pool = *after
 	return nil

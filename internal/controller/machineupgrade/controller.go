@@ -22,7 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -37,6 +36,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc"
+	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
 
 // ControllerName is the controller's name.
@@ -232,8 +232,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	// The finalizer is added before the first side effect (an unfinished
 	// upgrade stored before it existed gets it here too); a finished one
 	// has nothing to undo and is not given it.
-	if !u.Finished() && !controllerutil.ContainsFinalizer(u, upgradev1alpha1.MachineUpgradeFinalizer) {
-		return r.setFinalizer(ctx, s, true)
+	if !u.Finished() {
+		if _, err := creconcile.EnsureFinalizer(ctx, r.Client, u, upgradev1alpha1.MachineUpgradeFinalizer); err != nil {
+			// A conflict is returned like any error: the rate limiter
+			// requeues, and the next reconcile reads again.
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		// The finalizer patch moved the resourceVersion on; the status is
+		// as read.
+		s.base = u.DeepCopy()
 	}
 	defer func() {
 		if retErr == nil || errors.Is(retErr, reconcile.TerminalError(nil)) {
@@ -268,47 +275,32 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			return ctrl.Result{}, err
 		}
 	}
-	return r.setFinalizer(ctx, s, false)
+	return r.removeFinalizer(ctx, s)
 }
 
-// setFinalizer adds or removes the finalizer with a merge patch locked on
-// the resourceVersion read (the list is replaced whole), and asks for the
-// next reconcile to read the upgrade again.
-func (r *Reconciler) setFinalizer(ctx context.Context, s *scope, on bool) (ctrl.Result, error) {
-	base := s.u.DeepCopy()
-	if on {
-		controllerutil.AddFinalizer(s.u, upgradev1alpha1.MachineUpgradeFinalizer)
-	} else {
-		controllerutil.RemoveFinalizer(s.u, upgradev1alpha1.MachineUpgradeFinalizer)
-	}
-	if err := r.Patch(ctx, s.u, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("setting the finalizer of %s: %w", client.ObjectKeyFromObject(s.u), err)
-	}
-	if !on {
-		return ctrl.Result{}, nil
-	}
-	return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
+// removeFinalizer removes the finalizer through the kit (a merge patch
+// locked on the resourceVersion of the last read or write).
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) (ctrl.Result, error) {
+	return ctrl.Result{}, creconcile.RemoveFinalizer(ctx, r.Client, s.u, upgradev1alpha1.MachineUpgradeFinalizer)
 }
 
 // checkpoint writes the status as a merge patch locked on the
-// resourceVersion of the last read or write: a conflict is returned, never
-// re-applied, so two reconciles can never both record the start of a step.
-// On success u holds what the server stored.
+// resourceVersion of the last read or write (the kit's PatchStatusLocked):
+// a conflict is returned, never re-applied, so two reconciles can never
+// both record the start of a step. On success u holds what the server
+// stored.
 func (r *Reconciler) checkpoint(ctx context.Context, s *scope) error {
 	computeStatus(s)
-	if equality.Semantic.DeepEqual(s.base.Status, s.u.Status) {
+	sent, err := creconcile.PatchStatusLocked(ctx, r.Client, s.base, s.u, client.FieldOwner(FieldManager))
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err := r.Status().Patch(ctx, s.u, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("checkpointing the status of %s: %w", client.ObjectKeyFromObject(s.u), err)
+	if err != nil {
+		return fmt.Errorf("checkpointing: %w", err)
 	}
-	s.base = s.u.DeepCopy()
+	if sent {
+		s.base = s.u.DeepCopy()
+	}
 	return nil
 }
 

@@ -131,12 +131,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The finalizer and the providerID in one write, before any VM.
 	if !controllerutil.ContainsFinalizer(qm, infrastructurev1alpha1.QemuMachineFinalizer) || qm.Spec.ProviderID == "" {
-		base := qm.DeepCopy()
-		controllerutil.AddFinalizer(qm, infrastructurev1alpha1.QemuMachineFinalizer)
-		if qm.Spec.ProviderID == "" {
-			qm.Spec.ProviderID = machinespec.QemuProviderID(qm)
-		}
-		return ctrl.Result{}, r.Patch(ctx, qm, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		_, err := creconcile.EnsureFinalizerWith(ctx, r.Client, qm, infrastructurev1alpha1.QemuMachineFinalizer, func() {
+			if qm.Spec.ProviderID == "" {
+				qm.Spec.ProviderID = machinespec.QemuProviderID(qm)
+			}
+		})
+		return ctrl.Result{}, err
 	}
 	patcher := creconcile.NewStatusPatcher(r.Client, qm)
 	res, err := r.reconcileVM(ctx, qm)
