@@ -122,29 +122,10 @@ func parallel(n int, f func(i int) error) error {
 	return ferr
 }
 
-func median(d []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
-func run(ctx context.Context, nodes, objects, runs int, qps float32, burst, updates int) error {
-	if nodes < 2 || objects < nodes {
-		return fmt.Errorf("want -nodes >= 2 and -objects >= -nodes")
-	}
-	fmt.Fprintf(os.Stderr, "starting the local control plane; a graph of %d nodes among %d Converge objects\n", nodes, objects)
-	env, err := testenv.Start(ctx, testenv.Options{NoManager: true})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = env.Stop() }()
-	// The objects are written with a large budget (setup, not measured).
-	wcfg := rest.CopyConfig(env.Config)
-	wcfg.QPS, wcfg.Burst = 1000, 2000
-	wc, err := client.New(wcfg, client.Options{Scheme: setup.Scheme()})
-	if err != nil {
-		return err
-	}
+// populate writes the benchmark's cluster: a Sync whose inventory lists
+// nodes-1 BasicDeployments of its namespace, and objects-nodes unrelated
+// BasicDeployments in other namespaces.
+func populate(ctx context.Context, wc client.Client, nodes, objects int) error {
 	noise := (objects - nodes + 999) / 1000
 	for _, n := range append([]string{ns}, noiseNamespaces(noise)...) {
 		if err := wc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
@@ -179,33 +160,70 @@ func run(ctx context.Context, nodes, objects, runs int, qps float32, burst, upda
 		return fmt.Errorf("writing the Sync's inventory: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "%d objects written in %s\n", objects, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
 
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = qps, burst
-	newClient := func() (client.Client, error) { return client.New(cfg, client.Options{Scheme: setup.Scheme()}) }
-
-	// The floor: one GET of the Sync and one LIST of the BasicDeployments
-	// of its namespace, with the same budget.
+// measureFloor is the floor of an answer: one GET of the Sync and one LIST
+// of the BasicDeployments of its namespace, with the verbs' budget; the
+// median of runs.
+func measureFloor(ctx context.Context, newClient func() (client.Client, error), runs int) (time.Duration, error) {
 	var floors []time.Duration
 	for range runs {
 		c, err := newClient()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		start := time.Now()
 		got := &unstructured.Unstructured{}
 		got.SetGroupVersionKind(syncGVK)
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, got); err != nil {
-			return err
+			return 0, err
 		}
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(bdGVK.GroupVersion().WithKind("BasicDeploymentList"))
 		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
-			return err
+			return 0, err
 		}
 		floors = append(floors, time.Since(start))
 	}
-	floor := median(floors)
+	return median(floors), nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func run(ctx context.Context, nodes, objects, runs int, qps float32, burst, updates int) error {
+	if nodes < 2 || objects < nodes {
+		return fmt.Errorf("want -nodes >= 2 and -objects >= -nodes")
+	}
+	fmt.Fprintf(os.Stderr, "starting the local control plane; a graph of %d nodes among %d Converge objects\n", nodes, objects)
+	env, err := testenv.Start(ctx, testenv.Options{NoManager: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	// The objects are written with a large budget (setup, not measured).
+	wcfg := rest.CopyConfig(env.Config)
+	wcfg.QPS, wcfg.Burst = 1000, 2000
+	wc, err := client.New(wcfg, client.Options{Scheme: setup.Scheme()})
+	if err != nil {
+		return err
+	}
+	if err := populate(ctx, wc, nodes, objects); err != nil {
+		return err
+	}
+
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = qps, burst
+	newClient := func() (client.Client, error) { return client.New(cfg, client.Options{Scheme: setup.Scheme()}) }
+
+	floor, err := measureFloor(ctx, newClient, runs)
+	if err != nil {
+		return err
+	}
 
 	type verb struct {
 		name string

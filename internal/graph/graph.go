@@ -524,54 +524,62 @@ func (g *Graph) RootCause() *Cause {
 	if g.Up {
 		return nil
 	}
-	seen := map[*Node]bool{}
-	var find func(n *Node) []Edge
-	// through follows needs edges from a Current object to the first
-	// object that is not Current, and on down from it.
-	var through func(n *Node) []Edge
-	through = func(n *Node) []Edge {
-		seen[n] = true
-		for _, e := range n.Edges {
-			if e.Why != Needs || seen[e.Node] {
-				continue
-			}
-			if e.Node.Status != Current {
-				return append([]Edge{e}, find(e.Node)...)
-			}
-			if p := through(e.Node); p != nil {
-				return append([]Edge{e}, p...)
-			}
-		}
-		return nil
-	}
-	find = func(n *Node) []Edge {
-		seen[n] = true
-		for _, rel := range []Relation{Needs, Applies, Owns} {
-			for _, e := range n.Edges {
-				if e.Why != rel || seen[e.Node] || e.Node.Status == Current {
-					continue
-				}
-				return append([]Edge{e}, find(e.Node)...)
-			}
-		}
-		if n.Status == Current {
-			return nil
-		}
-		for _, e := range n.Edges {
-			if e.Why != Needs || seen[e.Node] {
-				continue
-			}
-			if p := through(e.Node); p != nil {
-				return append([]Edge{e}, p...)
-			}
-		}
-		return nil
-	}
-	below := find(g.Root)
+	w := causeWalk{seen: map[*Node]bool{}}
+	below := w.find(g.Root)
 	if len(below) == 0 && g.Root.Status == Current {
 		return nil
 	}
 	return &Cause{Path: append([]Edge{{Node: g.Root}}, below...)}
+}
+
+// causeWalk is RootCause's walk down the graph; seen keeps it from
+// visiting a node twice.
+type causeWalk struct{ seen map[*Node]bool }
+
+// find returns the path from n down to the root cause below it: the first
+// not-Current object on a needs, applies or owns edge, in that order, and
+// on down from it; with none, from a not-Current n, a path through Current
+// objects on needs edges (through).
+func (w causeWalk) find(n *Node) []Edge {
+	w.seen[n] = true
+	for _, rel := range []Relation{Needs, Applies, Owns} {
+		for _, e := range n.Edges {
+			if e.Why != rel || w.seen[e.Node] || e.Node.Status == Current {
+				continue
+			}
+			return append([]Edge{e}, w.find(e.Node)...)
+		}
+	}
+	if n.Status == Current {
+		return nil
+	}
+	for _, e := range n.Edges {
+		if e.Why != Needs || w.seen[e.Node] {
+			continue
+		}
+		if p := w.through(e.Node); p != nil {
+			return append([]Edge{e}, p...)
+		}
+	}
+	return nil
+}
+
+// through follows needs edges from a Current object to the first object
+// that is not Current, and on down from it.
+func (w causeWalk) through(n *Node) []Edge {
+	w.seen[n] = true
+	for _, e := range n.Edges {
+		if e.Why != Needs || w.seen[e.Node] {
+			continue
+		}
+		if e.Node.Status != Current {
+			return append([]Edge{e}, w.find(e.Node)...)
+		}
+		if p := w.through(e.Node); p != nil {
+			return append([]Edge{e}, p...)
+		}
+	}
+	return nil
 }
 
 // Next is the command a person runs next about n.

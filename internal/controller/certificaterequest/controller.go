@@ -257,34 +257,7 @@ func (r *Reconciler) sign(ctx context.Context, cr *pkiv1alpha1.CertificateReques
 	case sp.SelfSigned != nil:
 		return r.signSelf(ctx, cr, csr.PublicKey, tmpl)
 	case sp.CA != nil:
-		if cr.Spec.IsCA && kind == issuerref.ClusterIssuerKind && cr.Namespace != r.ClusterResourceNamespace {
-			// A CA under the cluster's CA would let a namespace mint any
-			// certificate every namespace trusts, offline and unseen.
-			return outcome{reason: pkiv1alpha1.InvalidRequestReason, message: fmt.Sprintf(
-				"spec.isCA: ClusterIssuer %q signs CA certificates only for requests in the cluster resource namespace %s; use a ca or selfSigned Issuer of this namespace for a CA", ref.Name, r.ClusterResourceNamespace)}, nil
-		}
-		ns := issuerref.SecretNamespace(iss, r.ClusterResourceNamespace)
-		var s corev1.Secret
-		if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: sp.CA.SecretName}, &s); err != nil {
-			if apierrors.IsNotFound(err) {
-				return outcome{reason: pkiv1alpha1.PendingReason, message: fmt.Sprintf("CA Secret %s/%s not found", ns, sp.CA.SecretName)}, nil
-			}
-			return outcome{}, err
-		}
-		chain, key, ca, err := pki.LoadCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data["ca.crt"])
-		if err != nil {
-			return outcome{reason: pkiv1alpha1.PendingReason, message: fmt.Sprintf("CA Secret %s/%s: %v", ns, sp.CA.SecretName, err)}, nil
-		}
-		leaf, err := pki.Sign(tmpl, chain[0], key)
-		if err != nil {
-			return outcome{reason: pkiv1alpha1.FailedReason, message: err.Error()}, nil
-		}
-		for _, c := range chain { // the CA chain, up to but not including a self-signed root
-			if c.CheckSignatureFrom(c) != nil {
-				leaf = append(leaf, pki.EncodeCert(c.Raw)...)
-			}
-		}
-		return outcome{reason: pkiv1alpha1.IssuedReason, cert: leaf, ca: ca}, nil
+		return r.signCA(ctx, cr, iss, tmpl)
 	case sp.ACME != nil:
 		if cr.Spec.IsCA {
 			// An ACME CA never issues a CA certificate; asking anyway would
@@ -296,6 +269,40 @@ func (r *Reconciler) sign(ctx context.Context, cr *pkiv1alpha1.CertificateReques
 		return r.signACME(ctx, iss, csr.Raw, csr.DNSNames, csr.IPAddresses)
 	}
 	return outcome{reason: pkiv1alpha1.PendingReason, message: "the issuer sets no type"}, nil
+}
+
+// signCA signs tmpl with the CA in the Secret of a ca Issuer or
+// ClusterIssuer iss.
+func (r *Reconciler) signCA(ctx context.Context, cr *pkiv1alpha1.CertificateRequest, iss issuerref.Object, tmpl *x509.Certificate) (outcome, error) {
+	ref, kind, sp := cr.Spec.IssuerRef, issuerref.Kind(cr.Spec.IssuerRef), iss.GetSpec()
+	if cr.Spec.IsCA && kind == issuerref.ClusterIssuerKind && cr.Namespace != r.ClusterResourceNamespace {
+		// A CA under the cluster's CA would let a namespace mint any
+		// certificate every namespace trusts, offline and unseen.
+		return outcome{reason: pkiv1alpha1.InvalidRequestReason, message: fmt.Sprintf(
+			"spec.isCA: ClusterIssuer %q signs CA certificates only for requests in the cluster resource namespace %s; use a ca or selfSigned Issuer of this namespace for a CA", ref.Name, r.ClusterResourceNamespace)}, nil
+	}
+	ns := issuerref.SecretNamespace(iss, r.ClusterResourceNamespace)
+	var s corev1.Secret
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: sp.CA.SecretName}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return outcome{reason: pkiv1alpha1.PendingReason, message: fmt.Sprintf("CA Secret %s/%s not found", ns, sp.CA.SecretName)}, nil
+		}
+		return outcome{}, err
+	}
+	chain, key, ca, err := pki.LoadCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data["ca.crt"])
+	if err != nil {
+		return outcome{reason: pkiv1alpha1.PendingReason, message: fmt.Sprintf("CA Secret %s/%s: %v", ns, sp.CA.SecretName, err)}, nil
+	}
+	leaf, err := pki.Sign(tmpl, chain[0], key)
+	if err != nil {
+		return outcome{reason: pkiv1alpha1.FailedReason, message: err.Error()}, nil
+	}
+	for _, c := range chain { // the CA chain, up to but not including a self-signed root
+		if c.CheckSignatureFrom(c) != nil {
+			leaf = append(leaf, pki.EncodeCert(c.Raw)...)
+		}
+	}
+	return outcome{reason: pkiv1alpha1.IssuedReason, cert: leaf, ca: ca}, nil
 }
 
 func (r *Reconciler) signSelf(ctx context.Context, cr *pkiv1alpha1.CertificateRequest, pub any, t *x509.Certificate) (outcome, error) {
