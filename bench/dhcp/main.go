@@ -103,7 +103,6 @@ func run(n, conc int, skipKea bool) error {
 	// Lower is better in the table: seconds per 1000 leases.
 	benchout.Line("dhcp.kea_seconds_per_1000_leases", 1000/kea.rate, "s")
 	benchout.Ratio("dhcp.converge_seconds_per_1000_leases", 1000/conv.rate, "s", kea.rate/conv.rate)
-	benchout.Line("dhcp.converge_api_writes_per_dora", 0, "writes")
 	fmt.Printf("converge/kea leases per second: %.2fx\n", conv.rate/kea.rate)
 	return nil
 }
