@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	machinespec "github.com/converge-dev/converge/internal/machine/spec"
 )
@@ -60,4 +61,30 @@ func TestValidateProviderID(t *testing.T) {
 	err := ValidateProviderID(gk, "m", "kwok://victim/m", "kwok://ns/m")
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.providerID"))
+}
+
+// An update that leaves a stored providerID as it is passes, even one no
+// longer allowed (finalizer and status work must never be refused for it);
+// a change is checked: to another object's ID refused, to its own allowed.
+func TestProviderIDUpdate(t *testing.T) {
+	g := NewWithT(t)
+	v := providerIDValidator[*infrastructurev1alpha1.KwokMachine]{
+		kind: infrastructurev1alpha1.GroupVersion.WithKind("KwokMachine").GroupKind(),
+		got:  func(km *infrastructurev1alpha1.KwokMachine) string { return km.Spec.ProviderID },
+		own:  machinespec.KwokProviderID,
+	}
+	km := func(id string) *infrastructurev1alpha1.KwokMachine {
+		return &infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "m"},
+			Spec: infrastructurev1alpha1.KwokMachineSpec{MachineSpecFields: infrastructurev1alpha1.MachineSpecFields{ProviderID: id}}}
+	}
+	other := machinespec.KwokProviderIDPrefix + "b/victim"
+	_, err := v.ValidateUpdate(t.Context(), km(other), km(other))
+	g.Expect(err).NotTo(HaveOccurred(), "an unchanged stored providerID")
+	_, err = v.ValidateUpdate(t.Context(), km(""), km(other))
+	g.Expect(err).To(HaveOccurred(), "a change to another object's providerID")
+	g.Expect(err.Error()).To(ContainSubstring("spec.providerID"))
+	_, err = v.ValidateUpdate(t.Context(), km(""), km(machinespec.KwokProviderIDPrefix+"a/m"))
+	g.Expect(err).NotTo(HaveOccurred(), "a change to its own providerID")
+	_, err = v.ValidateCreate(t.Context(), km(other))
+	g.Expect(err).To(HaveOccurred(), "created with another object's providerID")
 }
