@@ -79,22 +79,26 @@ func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerP
 	if ns == clusterNS {
 		return ""
 	}
-	if owner, ok := internalNamespace(n); ok && owner != ns {
+	if owner, ok := otherInternalNamespace(n, ns); ok {
 		return fmt.Sprintf("DNS name %q is a cluster-internal name of namespace %s, and ClusterIssuer %q signs such names only for requests of that namespace (no spec.policy.allowedDNSNames); ask the cluster admin, or use an Issuer of this namespace",
 			name, owner, ci.Name)
 	}
 	return ""
 }
 
-// internalNamespace returns the namespace a cluster-internal name belongs
-// to: the label before the first "svc" or "pod" label that has one. The
+// otherInternalNamespace returns a namespace other than ns that a
+// cluster-internal name belongs to: the label before any "svc" or "pod"
+// label (after the first label). Every such label is checked, not only the
+// first: in web-0.svc.b.svc.cluster.local (Pod web-0 of the headless
+// Service "svc" of namespace b) the first says "web-0", the second "b". The
 // cluster domain is not needed, so a cluster with another domain than
-// cluster.local is covered too; an outside name with such a label (a.svc.example.com)
-// is held to the same rule, which spec.policy.allowedDNSNames lifts.
-func internalNamespace(name string) (string, bool) {
+// cluster.local is covered too; an outside name with such a label
+// (a.svc.example.com) is held to the same rule, which
+// spec.policy.allowedDNSNames lifts.
+func otherInternalNamespace(name, ns string) (string, bool) {
 	ls := strings.Split(name, ".")
 	for i := 1; i < len(ls); i++ {
-		if clusterInternalZones[ls[i]] {
+		if clusterInternalZones[ls[i]] && ls[i-1] != ns {
 			return ls[i-1], true
 		}
 	}
