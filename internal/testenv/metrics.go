@@ -15,6 +15,13 @@ import (
 // window in which only the code under test reads those resources.
 func (e *Environment) APIRequests(t testing.TB, resources []string, verbs ...string) float64 {
 	t.Helper()
+	return e.requestTotal(t, func(l string) bool { return labelIn(l, "resource", resources) && labelIn(l, "verb", verbs) })
+}
+
+// requestTotal sums kube-apiserver's apiserver_request_total over the
+// series (metric lines) that match says yes to.
+func (e *Environment) requestTotal(t testing.TB, match func(line string) bool) float64 {
+	t.Helper()
 	raw, err := e.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {
 		t.Fatalf("reading the API server's metrics: %v", err)
@@ -24,7 +31,7 @@ func (e *Environment) APIRequests(t testing.TB, resources []string, verbs ...str
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") || !labelIn(l, "resource", resources) || !labelIn(l, "verb", verbs) {
+		if !strings.HasPrefix(l, "apiserver_request_total{") || !match(l) {
 			continue
 		}
 		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)

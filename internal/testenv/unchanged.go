@@ -1,11 +1,8 @@
 package testenv
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,26 +18,10 @@ import (
 // a window in which only the controller under test writes that status.
 func (e *Environment) StatusWrites(t testing.TB, resource string) float64 {
 	t.Helper()
-	raw, err := e.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("reading the API server's metrics: %v", err)
-	}
-	var sum float64
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") || !labelIn(l, "resource", []string{resource}) ||
-			!labelIn(l, "subresource", []string{"status"}) || !labelIn(l, "verb", []string{"PATCH", "PUT", "UPDATE"}) {
-			continue
-		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("parsing %q: %v", l, err)
-		}
-		sum += v
-	}
-	return sum
+	return e.requestTotal(t, func(l string) bool {
+		return labelIn(l, "resource", []string{resource}) && labelIn(l, "subresource", []string{"status"}) &&
+			labelIn(l, "verb", []string{"PATCH", "PUT", "UPDATE"})
+	})
 }
 
 // Reconciles is how many reconciles the controller named controller (its
