@@ -24,7 +24,6 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -40,6 +39,7 @@ import (
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
 	"github.com/converge-dev/converge/bench/internal/managerproc"
+	"github.com/converge-dev/converge/bench/internal/par"
 	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
@@ -138,7 +138,7 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: alg}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
 	}
 	start := time.Now()
-	if err := parallel(n, func(i int) error {
+	if err := par.Do(workers, n, func(i int) error {
 		key, err := pki.GenerateKey(ks)
 		if err != nil {
 			return err
@@ -189,7 +189,7 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 	}
 	created := make([]time.Time, n)
 	start = time.Now()
-	if err := parallel(n, func(i int) error {
+	if err := par.Do(workers, n, func(i int) error {
 		created[i] = time.Now()
 		return env.Client.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "converge", Name: fmt.Sprintf("c%d", i)}, Spec: *spec(i)})
 	}); err != nil {
@@ -283,7 +283,7 @@ func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, 
 			return err
 		}
 		data := []byte(strings.Repeat("x", 10<<10))
-		if err := parallel(secrets, func(i int) error {
+		if err := par.Do(workers, secrets, func(i int) error {
 			return c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "unrelated", Name: fmt.Sprintf("s%05d", i)},
 				Data: map[string][]byte{"blob": data}})
 		}); err != nil {
@@ -321,35 +321,6 @@ func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, 
 	benchout.Line(fmt.Sprintf("%s.inprocess_rss_%d_secrets", prefix(allData), secrets), float64(rss), "MiB")
 	benchout.Line(fmt.Sprintf("%s.inprocess_heap_%d_secrets", prefix(allData), secrets), float64(ms.HeapInuse>>20), "MiB")
 	return nil
-}
-
-// parallel runs f for 0..n-1 on the workers and returns the first error.
-func parallel(n int, f func(int) error) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
 }
 
 // makeCA returns a CA key pair Secret (named "ca") and its parsed parts.

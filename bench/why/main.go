@@ -27,7 +27,6 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -42,6 +41,7 @@ import (
 
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/par"
 	"github.com/converge-dev/converge/internal/graph"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -91,37 +91,6 @@ func basicDeployment(namespace, name string) *unstructured.Unstructured {
 	return u
 }
 
-// parallel runs f(0..n-1) on 16 workers; the first error wins.
-func parallel(n int, f func(i int) error) error {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		ferr error
-	)
-	next := make(chan int)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if ferr == nil {
-						ferr = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return ferr
-}
-
 // populate writes the benchmark's cluster: a Sync whose inventory lists
 // nodes-1 BasicDeployments of its namespace, and objects-nodes unrelated
 // BasicDeployments in other namespaces.
@@ -137,11 +106,11 @@ func populate(ctx context.Context, wc client.Client, nodes, objects int) error {
 	for i := range nodes - 1 {
 		inv = append(inv, map[string]any{"group": bdGVK.Group, "version": bdGVK.Version, "kind": bdGVK.Kind, "namespace": ns, "name": fmt.Sprintf("bd-%d", i)})
 	}
-	if err := parallel(nodes-1, func(i int) error { return wc.Create(ctx, basicDeployment(ns, fmt.Sprintf("bd-%d", i))) }); err != nil {
+	if err := par.Do(16, nodes-1, func(i int) error { return wc.Create(ctx, basicDeployment(ns, fmt.Sprintf("bd-%d", i))) }); err != nil {
 		return fmt.Errorf("creating the graph's BasicDeployments: %w", err)
 	}
 	unrelated := objects - nodes
-	if err := parallel(unrelated, func(i int) error {
+	if err := par.Do(16, unrelated, func(i int) error {
 		return wc.Create(ctx, basicDeployment(fmt.Sprintf("noise-%d", i/1000), fmt.Sprintf("bd-%d", i)))
 	}); err != nil {
 		return fmt.Errorf("creating the unrelated BasicDeployments: %w", err)
