@@ -33,20 +33,33 @@ import (
 // write-ahead record before a side effect, then the final status): each
 // successful Patch becomes the base of the next.
 type StatusPatcher struct {
-	c      client.Client
+	c client.Client
+	// reader re-reads the object after a conflict: c unless
+	// ReadConflictsFrom says otherwise.
+	reader client.Reader
 	before map[string]any
 	err    error
 }
 
 // NewStatusPatcher remembers obj's status as the reconcile read it.
 func NewStatusPatcher(c client.Client, obj client.Object) *StatusPatcher {
-	p := &StatusPatcher{c: c}
+	p := &StatusPatcher{c: c, reader: c}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		p.err = fmt.Errorf("reading the status of %T: %w", obj, err)
 		return p
 	}
 	p.before = statusOf(u)
+	return p
+}
+
+// ReadConflictsFrom makes the patcher re-read the object from r after a
+// conflict, e.g. the manager's API reader: a controller whose re-applied
+// change depends on the object as stored (a counter, a correction its last
+// write made) must not take the base from a cache that has not seen that
+// write yet. It returns p.
+func (p *StatusPatcher) ReadConflictsFrom(r client.Reader) *StatusPatcher {
+	p.reader = r
 	return p
 }
 
@@ -101,7 +114,7 @@ func (p *StatusPatcher) Patch(ctx context.Context, obj client.Object) error {
 			if !ok {
 				return fmt.Errorf("%T does not copy into a client.Object", obj)
 			}
-			if err := p.c.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+			if err := p.reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
 				return err
 			}
 			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(fresh)

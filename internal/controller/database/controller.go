@@ -282,20 +282,6 @@ func (r *Reconciler) databasesForInstance(ctx context.Context, o client.Object) 
 	return out
 }
 
-// freshReads is the client the status patcher re-reads a Database with after
-// a conflict: past the cache, so a drift correction found by this run is
-// re-applied to the object as stored, not lost to a cache that has not yet
-// seen the previous run's write.
-type freshReads struct {
-	client.Client
-	fresh client.Reader
-}
-
-// Get reads past the cache.
-func (f freshReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return f.fresh.Get(ctx, key, obj, opts...)
-}
-
 // Reconcile provisions, observes or deletes one Database.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	d := &sqlv1alpha1.Database{}
@@ -317,7 +303,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// on the resourceVersion: on a conflict only this run's changes are
 	// re-applied to the fresh object, so conditions other controllers set
 	// (the backup controller's) are never overwritten from a stale copy.
-	patcher := creconcile.NewStatusPatcher(freshReads{Client: r.Client, fresh: r.apiReader}, d)
+	// The fresh object is read past the cache, so a drift correction found
+	// by this run is re-applied to the object as stored, not lost to a cache
+	// that has not yet seen the previous run's write.
+	patcher := creconcile.NewStatusPatcher(r.Client, d).ReadConflictsFrom(r.apiReader)
 	defer func() {
 		computeStatus(s)
 		// A terminal error (Stalled) has observed this generation too:
