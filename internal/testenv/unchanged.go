@@ -29,9 +29,19 @@ func (e *Environment) StatusWrites(t testing.TB, resource string) float64 {
 // their result (controller_runtime_reconcile_total).
 func Reconciles(t testing.TB, controller string) float64 {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
+	n, err := ReconcileCount(controller)
 	if err != nil {
 		t.Fatalf("reading the manager's metrics: %v", err)
+	}
+	return n
+}
+
+// ReconcileCount is [Reconciles] for code without a testing.TB (benchmarks
+// running the manager in their own process).
+func ReconcileCount(controller string) (float64, error) {
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		return 0, err
 	}
 	var sum float64
 	for _, mf := range mfs {
@@ -46,7 +56,7 @@ func Reconciles(t testing.TB, controller string) float64 {
 			}
 		}
 	}
-	return sum
+	return sum, nil
 }
 
 // UnchangedReconciles makes the controller named controller reconcile obj,
