@@ -45,6 +45,7 @@ func TestDefenceFlagsReachTheOptions(t *testing.T) {
 		g.Expect(o.GitOps.RenderTimeout).To(BeNumerically(">", 0))
 		g.Expect(o.PKI.MaxRSAKeySize).To(BeNumerically(">", 0))
 		g.Expect(o.PKI.ACMEAllowedDirectories).NotTo(BeEmpty(), "the manager talks to no ACME server but the allowed ones")
+		g.Expect(o.PKI.ACMENamespacedDNSNames).To(BeEmpty(), "namespaced ACME Issuers order no name unless the admin says which")
 	})
 
 	t.Run("set", func(t *testing.T) {
@@ -63,6 +64,7 @@ func TestDefenceFlagsReachTheOptions(t *testing.T) {
 			"--secret-cache-max-bytes=4Ki",
 			"--acme-allowed-directories=https://a.example/dir,https://b.example/dir",
 			"--max-rsa-key-size=3072",
+			"--acme-namespaced-dns-names=*.{namespace}.apps.example.com,{namespace}.example.com",
 			"--bmc-expose=Service",
 			"--lb-max-listeners-per-namespace=13",
 			"--lb-max-assignments-per-pool=17",
@@ -82,6 +84,7 @@ func TestDefenceFlagsReachTheOptions(t *testing.T) {
 		g.Expect(o.SecretCacheMaxBytes).To(Equal(int64(4 << 10)))
 		g.Expect(o.PKI.ACMEAllowedDirectories).To(Equal([]string{"https://a.example/dir", "https://b.example/dir"}))
 		g.Expect(o.PKI.MaxRSAKeySize).To(Equal(3072))
+		g.Expect(o.PKI.ACMENamespacedDNSNames).To(Equal([]string{"*.{namespace}.apps.example.com", "{namespace}.example.com"}))
 		g.Expect(o.BMC.Expose).To(Equal("Service"))
 		g.Expect(o.LBMaxListenersPerNamespace).To(Equal(13))
 		g.Expect(o.LBMaxAssignmentsPerPool).To(Equal(17))

@@ -168,7 +168,7 @@ var controllers = []controller{
 		return (&issuer.Reconciler{Cluster: true, ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
 	}},
 	{name: certificaterequest.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories}).SetupWithManager(mgr)
+		return (&certificaterequest.Reconciler{ClusterResourceNamespace: o.PKI.ClusterResourceNamespace, Solver: o.PKI.Solver, ACMEAllowedDirectories: o.PKI.ACMEAllowedDirectories, ACMENamespacedDNSNames: o.PKI.ACMENamespacedDNSNames}).SetupWithManager(mgr)
 	}},
 	{name: certificate.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&certificate.Reconciler{OwnSecrets: o.PKI.OwnSecrets, BackoffBase: o.PKI.BackoffBase, MaxRSAKeySize: o.PKI.MaxRSAKeySize}).SetupWithManager(mgr)

@@ -252,6 +252,15 @@ type PKIOptions struct {
 	// no other. Let's Encrypt's production and staging by default; empty
 	// allows none.
 	ACMEAllowedDirectories []string
+	// ACMENamespacedDNSNames are the DNS names a namespaced acme Issuer
+	// (outside ClusterResourceNamespace) may order
+	// (--acme-namespaced-dns-names): patterns as a ClusterIssuer's
+	// spec.policy.allowedDNSNames, "{namespace}" standing for the Issuer's
+	// namespace. Every order's challenge is answered by the one shared
+	// HTTP-01 port, so without a bound any namespace could obtain a
+	// certificate for any name routed to it. Empty (the default) lets
+	// namespaced acme Issuers order nothing.
+	ACMENamespacedDNSNames []string
 	// MaxRSAKeySize is the largest RSA key a Certificate may ask for
 	// (--max-rsa-key-size); pki.DefaultMaxRSAKeySize (4096) when zero.
 	MaxRSAKeySize int

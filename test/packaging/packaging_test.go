@@ -222,6 +222,14 @@ func TestHelmValues(t *testing.T) {
 		g.Expect(names(ofKind(objs, "Service"))).To(ContainElement("prod-converge-webhook-service"))
 	})
 
+	t.Run("acme namespaced dns names", func(t *testing.T) {
+		g := NewWithT(t)
+		// The default: namespaced ACME Issuers order no name.
+		g.Expect(managerArgs(g, template(t, "converge", namespace))).To(ContainElement("--acme-namespaced-dns-names="))
+		args := managerArgs(g, template(t, "converge", namespace, "pki.acmeNamespacedDNSNames={*.apps.example.com,*.*.apps.example.com}"))
+		g.Expect(args).To(ContainElement("--acme-namespaced-dns-names=*.apps.example.com,*.*.apps.example.com"))
+	})
+
 	t.Run("gitops lockdown", func(t *testing.T) {
 		g := NewWithT(t)
 		args := managerArgs(g, template(t, "converge", namespace, "gitops.defaultServiceAccount=deployer"))

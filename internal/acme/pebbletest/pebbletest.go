@@ -198,6 +198,17 @@ func (p *Pebble) SetA(ctx context.Context, host, addr string) error {
 	return nil
 }
 
+// Orders counts the orders Pebble has accepted since it started (from its
+// log: "Added order"), whoever placed them: what a test counts to show that
+// a refused request never reached the CA.
+func (p *Pebble) Orders() (int, error) {
+	b, err := os.ReadFile(filepath.Join(p.dir, "pebble.log"))
+	if err != nil {
+		return 0, fmt.Errorf("reading pebble's log: %w", err)
+	}
+	return bytes.Count(b, []byte("Added order ")), nil
+}
+
 // Stop kills both servers and removes their files.
 func (p *Pebble) Stop() {
 	for _, c := range p.procs {

@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 		o.PKI.ClusterResourceNamespace = "default"
 		o.PKI.ACMEHTTP01Namespace = http01Namespace
 		o.PKI.ACMEAllowedDirectories = allowed
+		// The names the tests' namespaced ACME Issuers order (the default
+		// allows none: test/security TestNamespacedACMEOrdersOnlyAllowedNames).
+		o.PKI.ACMENamespacedDNSNames = []string{"*.example.test", "*.*.example.test"}
 	}}, &env)
 	if pebble != nil {
 		pebble.Stop()

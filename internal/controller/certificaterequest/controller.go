@@ -5,7 +5,9 @@
 // docs/contracts/certificate-issuer.md). A request ends in exactly one of
 // Ready=True (status.certificate set), Ready=False reason Failed (with
 // status.failureTime), InvalidRequest, or Denied (IssuerPolicyDenied: a
-// ClusterIssuer's policy refuses the namespace or a name, policy.go); a
+// ClusterIssuer's policy refuses the namespace or a name, or a namespaced
+// acme Issuer asks for a name outside --acme-namespaced-dns-names,
+// policy.go); a
 // request waiting for its issuer stays Ready=False reason Pending.
 package certificaterequest
 
@@ -57,6 +59,10 @@ type Reconciler struct {
 	// ACMEAllowedDirectories are the URL prefixes of the ACME directories
 	// an acme issuer may name (--acme-allowed-directories).
 	ACMEAllowedDirectories []string
+	// ACMENamespacedDNSNames bound the names an acme Issuer (namespaced,
+	// outside ClusterResourceNamespace) may order: allowedDNSNames patterns
+	// with {namespace} (--acme-namespaced-dns-names); empty allows none.
+	ACMENamespacedDNSNames []string
 	// ACMETimeout bounds one ACME order; 2 minutes when zero.
 	ACMETimeout time.Duration
 	// MaxConcurrentReconciles defaults to 8.
@@ -265,6 +271,14 @@ func (r *Reconciler) sign(ctx context.Context, cr *pkiv1alpha1.CertificateReques
 			// changed spec and order again, without end.
 			return outcome{reason: pkiv1alpha1.InvalidRequestReason, message: fmt.Sprintf(
 				"spec.isCA: %s %q is an ACME issuer, and ACME servers issue only leaf certificates; use a selfSigned or ca issuer for a CA", kind, ref.Name)}, nil
+		}
+		if _, ok := iss.(*pkiv1alpha1.Issuer); ok && cr.Namespace != r.ClusterResourceNamespace {
+			// Every order's challenge is answered by the one shared HTTP-01
+			// port: the admin's rule, not the CA, says which names a
+			// namespace may order. Checked before any request to the CA.
+			if why := namespacedACMERefused(r.ACMENamespacedDNSNames, ref.Name, cr.Namespace, csr); why != "" {
+				return outcome{reason: pkiv1alpha1.IssuerPolicyDeniedReason, message: why}, nil
+			}
 		}
 		return r.signACME(ctx, iss, csr.Raw, csr.DNSNames, csr.IPAddresses)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +83,36 @@ func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerP
 	if owner, ok := otherInternalNamespace(n, ns); ok {
 		return fmt.Sprintf("DNS name %q is a cluster-internal name of namespace %s, and ClusterIssuer %q signs such names only for requests of that namespace (no spec.policy.allowedDNSNames); ask the cluster admin, or use an Issuer of this namespace",
 			name, owner, ci.Name)
+	}
+	return ""
+}
+
+// namespacedACMERefused says why the acme Issuer issuer of namespace ns
+// may not order csr's names, or "" when it may: every DNS name (and a
+// DNS-like common name) must match one of patterns (the admin's
+// --acme-namespaced-dns-names, matched as a ClusterIssuer's
+// spec.policy.allowedDNSNames), and IP addresses are never ordered. The
+// manager answers every order's HTTP-01 challenge on one shared port, so
+// the CA's validation proves only that the name routes to the manager, not
+// which namespace it belongs to.
+func namespacedACMERefused(patterns []string, issuer, ns string, csr *x509.CertificateRequest) string {
+	const hint = "; ask the cluster admin, or use a ClusterIssuer whose spec.policy allows it"
+	names := csr.DNSNames
+	if cn := csr.Subject.CommonName; strings.Contains(cn, ".") {
+		names = append(append([]string(nil), names...), cn)
+	}
+	for _, name := range names {
+		n := strings.ToLower(strings.TrimSuffix(name, "."))
+		if !slices.ContainsFunc(patterns, func(p string) bool { return matchPattern(p, ns, n) }) {
+			if len(patterns) == 0 {
+				return fmt.Sprintf("DNS name %q: Issuer %q is a namespaced ACME issuer, and --acme-namespaced-dns-names is empty, so namespaced ACME issuers order no name%s", name, issuer, hint)
+			}
+			return fmt.Sprintf("DNS name %q matches none of --acme-namespaced-dns-names %s (for namespace %s), the names a namespaced ACME issuer such as Issuer %q may order%s",
+				name, quoteList(patterns, 8), ns, issuer, hint)
+		}
+	}
+	if len(csr.IPAddresses) > 0 {
+		return fmt.Sprintf("IP address %q: Issuer %q is a namespaced ACME issuer, and those order DNS names only (--acme-namespaced-dns-names)%s", csr.IPAddresses[0].String(), issuer, hint)
 	}
 	return ""
 }

@@ -1,6 +1,10 @@
 package certificaterequest
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,5 +51,40 @@ func TestDefaultPolicyNames(t *testing.T) {
 	}
 	if why := dnsNameRefused(ci, p, "a", "converge-system", "web.b.svc.cluster.local"); why == "" {
 		t.Errorf("another namespace's name allowed by {namespace}")
+	}
+}
+
+// A namespaced acme Issuer orders a name only under the admin's patterns
+// (--acme-namespaced-dns-names), its common name included, never an IP
+// address; no patterns order nothing.
+func TestNamespacedACMENames(t *testing.T) {
+	patterns := []string{"*.{namespace}.apps.example.com", "{namespace}.example.com"}
+	csr := func(cn string, ips []string, names ...string) *x509.CertificateRequest {
+		c := &x509.CertificateRequest{DNSNames: names, Subject: pkix.Name{CommonName: cn}}
+		for _, ip := range ips {
+			c.IPAddresses = append(c.IPAddresses, net.ParseIP(ip))
+		}
+		return c
+	}
+	for _, c := range []struct {
+		csr     *x509.CertificateRequest
+		refused string
+	}{
+		{csr("", nil, "shop.a.apps.example.com", "a.example.com"), ""},
+		{csr("A.EXAMPLE.COM.", nil, "Shop.A.Apps.Example.Com."), ""},
+		{csr("", nil, "shop.b.apps.example.com"), `"shop.b.apps.example.com"`},
+		{csr("", nil, "shop.a.apps.example.com", "b.example.com"), `"b.example.com"`},
+		{csr("b.example.com", nil, "a.example.com"), `"b.example.com"`},
+		{csr("", nil, "web.a.svc.cluster.local"), `"web.a.svc.cluster.local"`},
+		{csr("", nil, "x.shop.a.apps.example.com"), `"x.shop.a.apps.example.com"`},
+		{csr("", []string{"127.0.0.1"}, "a.example.com"), `IP address "127.0.0.1"`},
+	} {
+		why := namespacedACMERefused(patterns, "le", "a", c.csr)
+		if c.refused == "" && why != "" || c.refused != "" && !strings.Contains(why, c.refused) {
+			t.Errorf("%v %v cn %q: got %q, want refusal naming %q", c.csr.DNSNames, c.csr.IPAddresses, c.csr.Subject.CommonName, why, c.refused)
+		}
+	}
+	if why := namespacedACMERefused(nil, "le", "a", csr("", nil, "a.example.com")); !strings.Contains(why, "--acme-namespaced-dns-names is empty") {
+		t.Errorf("no patterns: got %q", why)
 	}
 }
