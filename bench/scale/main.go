@@ -168,89 +168,9 @@ func run(ctx context.Context) error {
 			return err
 		}
 	}
-	throttled := func(q float32, b int) (client.Client, error) {
-		cfg := rest.CopyConfig(env.Config)
-		cfg.QPS, cfg.Burst = q, b
-		return client.New(cfg, client.Options{Scheme: setup.Scheme()})
-	}
-
-	var systems []*system
-	var driftNames []string
-
-	// GitOps.
-	if *nSyncs > 0 {
-		dirs := map[string][]*unstructured.Unstructured{}
-		var all []*unstructured.Unstructured
-		var names []string
-		for i := range *nSyncs {
-			p := fmt.Sprintf("s%03d", i)
-			names = append(names, p)
-			for j := range *nPerSync {
-				cm := gitfixture.ConfigMap(fmt.Sprintf("%s-cm%03d", p, j), "v")
-				dirs[p] = append(dirs[p], cm)
-				all = append(all, cm)
-				if j == 0 {
-					driftNames = append(driftNames, cm.GetName())
-				}
-			}
-		}
-		url, err := gitfixture.Repo(root, "scale", dirs)
-		if err != nil {
-			return err
-		}
-		step("floor: %d objects by an %d-way SSA loop", len(all), workers)
-		start := time.Now()
-		if err := gitfixture.ApplyLoop(ctx, c, "floor-gitops", all, workers); err != nil {
-			return err
-		}
-		systems = append(systems, &system{name: fmt.Sprintf("syncs_%dx%d", *nSyncs, *nPerSync), floor: time.Since(start),
-			load: func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, names) }})
-	}
-
-	// Certificates.
-	if *nCerts > 0 {
-		ca, err := floors.NewCA()
-		if err != nil {
-			return err
-		}
-		fc, err := throttled(float32(*certQPS), *certBurst)
-		if err != nil {
-			return err
-		}
-		spec := func(i int) *pkiv1alpha1.CertificateSpec {
-			return &pkiv1alpha1.CertificateSpec{SecretName: fmt.Sprintf("c%d-tls", i), DNSNames: []string{fmt.Sprintf("c%d.example.com", i)},
-				PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
-		}
-		step("floor: %d Certificates' keys, signatures and Secrets by a %d-way loop at %v QPS", *nCerts, workers, *certQPS)
-		floor, err := floors.Certificates(ctx, fc, ca, "floor-certificates", *nCerts, workers, spec)
-		if err != nil {
-			return err
-		}
-		systems = append(systems, &system{name: fmt.Sprintf("certificates_%d", *nCerts), floor: floor,
-			load: func(ctx context.Context) error { return loadCertificates(ctx, c, "certificates", ca, *nCerts, spec) }})
-	}
-
-	// KwokMachines.
-	if *nMachines > 0 {
-		fc, err := throttled(20, 30)
-		if err != nil {
-			return err
-		}
-		step("floor: %d kwok Nodes registered by a loop at 20 QPS", *nMachines)
-		floor, err := floors.KwokNodes(ctx, fc, "floor", *nMachines)
-		if err != nil {
-			return err
-		}
-		systems = append(systems, &system{name: fmt.Sprintf("kwokmachines_%d", *nMachines), floor: floor,
-			load: func(ctx context.Context) error { return loadMachines(ctx, c, "machines", *nMachines) }})
-	}
-
-	// Workloads: both sides at once; the Deployments' time is the floor.
-	var apps *system
-	if *nPods > 0 && *nDeploy > 0 {
-		apps = &system{name: "deployments", load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", false) }}
-		systems = append(systems, &system{name: fmt.Sprintf("basicdeployments_%d_pods", *nPods),
-			load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", true) }}, apps)
+	systems, apps, driftNames, err := prepare(ctx, env, root)
+	if err != nil {
+		return err
 	}
 	if len(systems) == 0 {
 		return fmt.Errorf("every system is at size 0")
@@ -306,6 +226,101 @@ func run(ctx context.Context) error {
 		return err
 	}
 
+	report(systems, apps, all, drift, steady, rested, atRest)
+	return nil
+}
+
+// prepare measures the floors of the systems at their sizes, alone, and
+// returns the systems to load; apps is kube-controller-manager's
+// Deployments (the BasicDeployments' floor) when workloads are loaded, and
+// driftNames are Sync-managed ConfigMaps to edit.
+func prepare(ctx context.Context, env *testenv.Environment, root string) (systems []*system, apps *system, driftNames []string, err error) {
+	c := env.Client
+	throttled := func(q float32, b int) (client.Client, error) {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.QPS, cfg.Burst = q, b
+		return client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	}
+
+	// GitOps.
+	if *nSyncs > 0 {
+		dirs := map[string][]*unstructured.Unstructured{}
+		var all []*unstructured.Unstructured
+		var names []string
+		for i := range *nSyncs {
+			p := fmt.Sprintf("s%03d", i)
+			names = append(names, p)
+			for j := range *nPerSync {
+				cm := gitfixture.ConfigMap(fmt.Sprintf("%s-cm%03d", p, j), "v")
+				dirs[p] = append(dirs[p], cm)
+				all = append(all, cm)
+				if j == 0 {
+					driftNames = append(driftNames, cm.GetName())
+				}
+			}
+		}
+		url, err := gitfixture.Repo(root, "scale", dirs)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		step("floor: %d objects by an %d-way SSA loop", len(all), workers)
+		start := time.Now()
+		if err := gitfixture.ApplyLoop(ctx, c, "floor-gitops", all, workers); err != nil {
+			return nil, nil, nil, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("syncs_%dx%d", *nSyncs, *nPerSync), floor: time.Since(start),
+			load: func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, names) }})
+	}
+
+	// Certificates.
+	if *nCerts > 0 {
+		ca, err := floors.NewCA()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		fc, err := throttled(float32(*certQPS), *certBurst)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		spec := func(i int) *pkiv1alpha1.CertificateSpec {
+			return &pkiv1alpha1.CertificateSpec{SecretName: fmt.Sprintf("c%d-tls", i), DNSNames: []string{fmt.Sprintf("c%d.example.com", i)},
+				PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
+		}
+		step("floor: %d Certificates' keys, signatures and Secrets by a %d-way loop at %v QPS", *nCerts, workers, *certQPS)
+		floor, err := floors.Certificates(ctx, fc, ca, "floor-certificates", *nCerts, workers, spec)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("certificates_%d", *nCerts), floor: floor,
+			load: func(ctx context.Context) error { return loadCertificates(ctx, c, "certificates", ca, *nCerts, spec) }})
+	}
+
+	// KwokMachines.
+	if *nMachines > 0 {
+		fc, err := throttled(20, 30)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		step("floor: %d kwok Nodes registered by a loop at 20 QPS", *nMachines)
+		floor, err := floors.KwokNodes(ctx, fc, "floor", *nMachines)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("kwokmachines_%d", *nMachines), floor: floor,
+			load: func(ctx context.Context) error { return loadMachines(ctx, c, "machines", *nMachines) }})
+	}
+
+	// Workloads: both sides at once; the Deployments' time is the floor.
+	if *nPods > 0 && *nDeploy > 0 {
+		apps = &system{name: "deployments", load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", false) }}
+		systems = append(systems, &system{name: fmt.Sprintf("basicdeployments_%d_pods", *nPods),
+			load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", true) }}, apps)
+	}
+	return systems, apps, driftNames, nil
+}
+
+// report prints the figures and their BENCH lines.
+func report(systems []*system, apps *system, all time.Duration, drift []time.Duration, steady, rested mem, atRest apicount.Counts) {
 	fmt.Printf("bench/scale: one manager, all systems at once (load average %s)\n", loadavg())
 	for _, s := range systems {
 		if s == apps {
@@ -340,7 +355,6 @@ func run(ctx context.Context) error {
 	fmt.Fprintf(os.Stderr, "API requests at rest over %s: %s\n", *restFor, atRest)
 	benchout.Line("scale.api_requests_per_s_at_rest", atRest.Total()/secs, "1/s")
 	benchout.Line("scale.api_writes_per_s_at_rest", atRest.AllWrites().Total()/secs, "1/s")
-	return nil
 }
 
 type mem struct{ rss, heap, peak int64 }
