@@ -14,8 +14,6 @@ package main
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
@@ -38,12 +36,12 @@ import (
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/floors"
 	"github.com/converge-dev/converge/bench/internal/managerproc"
 	"github.com/converge-dev/converge/bench/internal/par"
 	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
-	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -120,11 +118,11 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 			return err
 		}
 	}
-	caSecret, caChain, caKey, err := makeCA()
+	ca, err := floors.NewCA()
 	if err != nil {
 		return err
 	}
-	ks := pki.ResolveKey(&pkiv1alpha1.CertificatePrivateKey{Algorithm: alg})
+	caSecret := ca.Secret
 
 	// Floor: the same work by a plain loop, same workers and budget.
 	cfg := rest.CopyConfig(env.Config)
@@ -137,35 +135,10 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 		return &pkiv1alpha1.CertificateSpec{SecretName: fmt.Sprintf("c%d-tls", i), DNSNames: []string{fmt.Sprintf("c%d.example.com", i)},
 			PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: alg}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
 	}
-	start := time.Now()
-	if err := par.Do(workers, n, func(i int) error {
-		key, err := pki.GenerateKey(ks)
-		if err != nil {
-			return err
-		}
-		csrPEM, err := pki.BuildCSR(spec(i), key)
-		if err != nil {
-			return err
-		}
-		csr, err := pki.ParseCSR(csrPEM)
-		if err != nil {
-			return err
-		}
-		tmpl, err := pki.Template(csr, pki.DefaultDuration, nil, false, time.Now())
-		if err != nil {
-			return err
-		}
-		crt, err := pki.Sign(tmpl, caChain, caKey)
-		if err != nil {
-			return err
-		}
-		keyPEM, _ := pki.EncodeKey(key, ks.Encoding)
-		return fc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "floor", Name: spec(i).SecretName}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: keyPEM, "ca.crt": caSecret.Data[corev1.TLSCertKey]}})
-	}); err != nil {
+	floor, err := floors.Certificates(ctx, fc, ca, "floor", n, workers, spec)
+	if err != nil {
 		return err
 	}
-	floor := time.Since(start)
 	fmt.Fprintf(os.Stderr, "floor: %s\n", floor)
 
 	// Converge: a ca Issuer and N Certificates.
@@ -188,7 +161,7 @@ func run(ctx context.Context, n int, qps float32, burst int, alg string, timeout
 		return err
 	}
 	created := make([]time.Time, n)
-	start = time.Now()
+	start := time.Now()
 	if err := par.Do(workers, n, func(i int) error {
 		created[i] = time.Now()
 		return env.Client.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "converge", Name: fmt.Sprintf("c%d", i)}, Spec: *spec(i)})
@@ -321,23 +294,4 @@ func memory(ctx context.Context, c client.Client, n, secrets int, allData bool, 
 	benchout.Line(fmt.Sprintf("%s.inprocess_rss_%d_secrets", prefix(allData), secrets), float64(rss), "MiB")
 	benchout.Line(fmt.Sprintf("%s.inprocess_heap_%d_secrets", prefix(allData), secrets), float64(ms.HeapInuse>>20), "MiB")
 	return nil
-}
-
-// makeCA returns a CA key pair Secret (named "ca") and its parsed parts.
-func makeCA() (*corev1.Secret, *x509.Certificate, crypto.Signer, error) {
-	key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	csrPEM, _ := pki.BuildCSR(&pkiv1alpha1.CertificateSpec{CommonName: "bench CA"}, key)
-	csr, _ := pki.ParseCSR(csrPEM)
-	tmpl, _ := pki.Template(csr, 24*time.Hour*365, nil, true, time.Now())
-	crt, err := pki.Sign(tmpl, nil, key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	keyPEM, _ := pki.EncodeKey(key, pkiv1alpha1.PKCS8)
-	chain, _ := pki.ParseCerts(crt)
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ca"}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: keyPEM}}, chain[0], key, nil
 }

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -34,7 +33,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -51,6 +49,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/gitfixture"
 	"github.com/converge-dev/converge/bench/internal/managerproc"
 	"github.com/converge-dev/converge/bench/internal/procmem"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
@@ -328,14 +327,7 @@ func (b *bench) ns(prefix string) string {
 	return n.Name
 }
 
-func configMap(name, v string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("v1")
-	u.SetKind("ConfigMap")
-	u.SetName(name)
-	_ = unstructured.SetNestedStringMap(u.Object, map[string]string{"key": v}, "data")
-	return u
-}
+func configMap(name, v string) *unstructured.Unstructured { return gitfixture.ConfigMap(name, v) }
 
 func toU(o any) *unstructured.Unstructured {
 	m := must(runtimeToMap(o))
@@ -384,60 +376,21 @@ func mixedObjects(n int) []*unstructured.Unstructured {
 // floor applies objs into ns with a plain SSA loop over `workers` goroutines.
 func (b *bench) floor(ns string, objs []*unstructured.Unstructured, workers int) time.Duration {
 	start := time.Now()
-	work := make(chan *unstructured.Unstructured)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for u := range work {
-				u = u.DeepCopy()
-				u.SetNamespace(ns)
-				if err := b.c.Apply(b.ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("bench-floor"), client.ForceOwnership); err != nil {
-					panic(err)
-				}
-			}
-		})
+	if err := gitfixture.ApplyLoop(b.ctx, b.c, ns, objs, workers); err != nil {
+		panic(err)
 	}
-	for _, u := range objs {
-		work <- u
-	}
-	close(work)
-	wg.Wait()
 	return time.Since(start)
 }
 
 // repo writes a bare git repository with one directory per key and returns
 // its file:// URL.
 func (b *bench) repo(name string, dirs map[string][]*unstructured.Unstructured) string {
-	work := filepath.Join(b.root, name)
-	for dir, objs := range dirs {
-		var buf bytes.Buffer
-		for _, u := range objs {
-			buf.WriteString("---\n")
-			buf.Write(must(yaml.Marshal(u.Object)))
-		}
-		p := filepath.Join(work, dir, "objects.yaml")
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			panic(err)
-		}
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-			panic(err)
-		}
-	}
-	bare := filepath.Join(b.root, name+".git")
-	git(work, "init", "-q", "-b", "main")
-	git(work, "add", "-A")
-	git(work, "commit", "-q", "-m", "objects")
-	git(b.root, "clone", "-q", "--bare", work, bare)
-	return "file://" + bare
+	return must(gitfixture.Repo(b.root, name, dirs))
 }
 
 func git(dir string, args ...string) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=b@example.com",
-		"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=b@example.com")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		panic(fmt.Sprintf("git %v: %v: %s", args, err, out))
+	if err := gitfixture.Git(dir, args...); err != nil {
+		panic(err)
 	}
 }
 

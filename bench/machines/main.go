@@ -39,6 +39,7 @@ import (
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/floors"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -75,7 +76,7 @@ func run(ctx context.Context, n, qemuRuns int) error {
 		return err
 	}
 	logf("floor: registering %d kwok Nodes in a loop at 20 QPS", n)
-	floor, err := floorLoop(ctx, floorClient, n)
+	floor, err := floors.KwokNodes(ctx, floorClient, "floor", n)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
@@ -119,50 +120,6 @@ func run(ctx context.Context, n, qemuRuns int) error {
 		return boots(ctx, qemuRuns)
 	}
 	return nil
-}
-
-func floorLoop(ctx context.Context, c client.Client, n int) (time.Duration, error) {
-	start := time.Now()
-	for i := range n {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("floor-%d", i),
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}}, Spec: corev1.NodeSpec{ProviderID: fmt.Sprintf("floor://%d", i)}}
-		if err := c.Create(ctx, node); err != nil {
-			return 0, err
-		}
-	}
-	for {
-		nodes := &corev1.NodeList{}
-		if err := c.List(ctx, nodes); err != nil {
-			return 0, err
-		}
-		ready := 0
-		for _, nd := range nodes.Items {
-			if strings.HasPrefix(nd.Name, "floor-") && nodeReady(&nd) {
-				ready++
-			}
-		}
-		if ready == n {
-			took := time.Since(start)
-			for i := range n {
-				_ = c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("floor-%d", i)}})
-			}
-			return took, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 func machines(ctx context.Context, c client.Client, ns string, n int) (time.Duration, error) {

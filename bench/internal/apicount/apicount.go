@@ -75,6 +75,17 @@ func (c Counts) Writes(resources ...string) Counts { return c.filter(isWrite, re
 // do.
 func (c Counts) Reads(resources ...string) Counts { return c.filter(isRead, resources) }
 
+// AllWrites keeps the requests that change something, on every resource.
+func (c Counts) AllWrites() Counts {
+	out := Counts{}
+	for k, v := range c {
+		if verb, _, _ := strings.Cut(k, " "); isWrite(verb) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 func isRead(verb string) bool  { return verb == "GET" || verb == "LIST" }
 func isWrite(verb string) bool { return !isRead(verb) && verb != "WATCH" }
 

@@ -1,0 +1,576 @@
+// Command scale loads one Converge manager with several systems at once on
+// one local control plane (internal/testenv: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, one kwok node), each at a size
+// set by a flag (0 skips a system):
+//
+//   - GitOps: -syncs Syncs of -objects-per-sync ConfigMaps each, from one
+//     GitRepository;
+//   - Certificates: -certificates Certificates from a ca Issuer;
+//   - KwokMachines: -machines KwokMachines and Machines, until every Machine
+//     is Running with a Ready Node;
+//   - workloads: BasicDeployments totalling -pods Pods (-deployments of
+//     them), side by side with apps/v1 Deployments of the same sizes run by
+//     kube-controller-manager at the same API budget (-qps, -burst).
+//
+// The manager is `converge run` built from this tree, a process of its own
+// with every controller (bench/internal/managerproc). Before the load, each
+// system's floor is measured in the same run as its own benchmark measures
+// it (bench/internal/floors, bench/internal/gitfixture): the Syncs' objects
+// applied by a plain 8-way server-side-apply loop; the Certificates' keys,
+// signatures and Secrets by a plain 8-way loop at the certificate
+// controllers' budget; the Machines' Nodes registered by a plain loop at 20
+// QPS; the Deployments' floor is kube-controller-manager itself, run at the
+// same time. Then everything is created at once and it prints, as BENCH
+// lines: the time from the start of the load to all Ready per system (with
+// its ratio to the floor); GitOps drift edit -> corrected p50/p99 while
+// everything is managed; the manager's RSS and Go heap once everything is
+// Ready and after the rest period, and its peak RSS; and the API requests
+// per second the API server receives at rest (-rest after everything is
+// Ready; every client: the manager, kube-controller-manager, the scheduler,
+// kwok's Node heartbeats). It asserts nothing. Not included yet: Databases
+// on PostgreSQL, KwokMachines with BMCs and a MachineUpgrade over them
+// (bench/databases, bench/bmc and bench/upgrade measure them alone). From
+// the repository root (after `make tools`):
+//
+//	go run ./bench/scale -syncs 10 -objects-per-sync 100 -pods 1000 -certificates 1000 -machines 100
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
+	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/bench/internal/apicount"
+	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/floors"
+	"github.com/converge-dev/converge/bench/internal/gitfixture"
+	"github.com/converge-dev/converge/bench/internal/managerproc"
+	"github.com/converge-dev/converge/bench/internal/par"
+	"github.com/converge-dev/converge/internal/controller/basicdeployment"
+	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
+	"github.com/converge-dev/converge/internal/controller/certificate"
+	"github.com/converge-dev/converge/internal/controller/certificaterequest"
+	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/testenv"
+)
+
+var (
+	nSyncs      = flag.Int("syncs", 100, "Syncs (0 skips GitOps)")
+	nPerSync    = flag.Int("objects-per-sync", 100, "ConfigMaps per Sync")
+	nPods       = flag.Int("pods", 10000, "Pods in all, over -deployments BasicDeployments and as many apps/v1 Deployments (0 skips them)")
+	nDeploy     = flag.Int("deployments", 10, "BasicDeployments (and apps/v1 Deployments) the Pods are split over")
+	nCerts      = flag.Int("certificates", 10000, "Certificates from a ca Issuer (0 skips them)")
+	nMachines   = flag.Int("machines", 1000, "KwokMachines and Machines (0 skips them)")
+	nEdits      = flag.Int("edits", 100, "out-of-band edits of Sync-managed ConfigMaps for the drift latency, once everything is Ready")
+	restFor     = flag.Duration("rest", 30*time.Second, "rest period, after everything is Ready, over which the API requests per second are counted")
+	timeout     = flag.Duration("timeout", 60*time.Minute, "give up on the load after this long")
+	qps         = flag.Float64("qps", 20, "client-side QPS of the workload controllers on both sides (kube-controller-manager's default)")
+	burst       = flag.Int("burst", 30, "client-side burst of the workload controllers on both sides")
+	certQPS     = flag.Float64("certificate-qps", 50, "client-side QPS of the certificate and certificaterequest controllers and of their floor, as bench/certificates")
+	certBurst   = flag.Int("certificate-burst", 100, "client-side burst, as -certificate-qps")
+	exeFlag     = flag.String("converge", "", "the converge binary to run; empty builds one from this tree as `make build` does")
+	heapProfile = flag.String("heapprofile", "", "save the manager's heap profile here after the rest period")
+)
+
+const workers = 8
+
+func main() {
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func step(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// system is one system of the load: load creates its objects and returns
+// when all are Ready; floor, when set, is the time its floor took.
+type system struct {
+	name  string
+	floor time.Duration
+	load  func(ctx context.Context) error
+	took  time.Duration
+	err   error
+}
+
+func run(ctx context.Context) error {
+	root, err := os.MkdirTemp("", "bench-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	step("building converge")
+	exe, err := managerproc.Build(ctx, *exeFlag, root)
+	if err != nil {
+		return err
+	}
+	step("starting the control plane (kube-controller-manager at %v QPS / burst %d, scheduler, 1 kwok node)", *qps, *burst)
+	env, err := testenv.Start(ctx, testenv.Options{NoManager: true, ControllerManager: true, Scheduler: true, Nodes: 1,
+		ControllerManagerArgs: []string{fmt.Sprintf("--kube-api-qps=%v", *qps), fmt.Sprintf("--kube-api-burst=%d", *burst)},
+		Manager: func(o *setup.Options) {
+			o.GitOps.Lockdown = false // the benchmark's Syncs act as the manager, as under `converge up`
+			o.Receiver.BindAddress = "0"
+		}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	cache := filepath.Join(root, "artifacts")
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		return err
+	}
+	args := []string{"--controllers", "*", "--gitops-lockdown=false", "--gitops-cache-dir", cache, "--receiver-bind-address", "0",
+		fmt.Sprintf("--kube-api-qps=%s=%v,%s=%v,%s=%v,%s=%v", basicdeployment.ControllerName, *qps, basicreplicaset.ControllerName, *qps,
+			certificate.ControllerName, *certQPS, certificaterequest.ControllerName, *certQPS),
+		fmt.Sprintf("--kube-api-burst=%s=%d,%s=%d,%s=%d,%s=%d", basicdeployment.ControllerName, *burst, basicreplicaset.ControllerName, *burst,
+			certificate.ControllerName, *certBurst, certificaterequest.ControllerName, *certBurst)}
+	mgr, err := managerproc.Start(env, exe, root, args...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = mgr.Stop() }()
+	step("manager: converge run, pid %d, every controller", mgr.Pid())
+	c := env.Client
+	for _, ns := range []string{"floor-gitops", "floor-certificates", "gitops", "certificates", "machines", "workloads"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	systems, apps, driftNames, err := prepare(ctx, env, root)
+	if err != nil {
+		return err
+	}
+	if len(systems) == 0 {
+		return fmt.Errorf("every system is at size 0")
+	}
+
+	// Everything at once.
+	step("load: %d systems at once", len(systems))
+	lctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, s := range systems {
+		wg.Go(func() {
+			s.err = s.load(lctx)
+			s.took = time.Since(start)
+			step("%s: all Ready after %s (err %v)", s.name, s.took.Round(time.Millisecond), s.err)
+		})
+	}
+	wg.Wait()
+	for _, s := range systems {
+		if s.err != nil {
+			return fmt.Errorf("%s: %w", s.name, s.err)
+		}
+	}
+	all := time.Since(start)
+
+	steady, err := memory(mgr, "")
+	if err != nil {
+		return err
+	}
+
+	var drift []time.Duration
+	if len(driftNames) > 0 && *nEdits > 0 {
+		step("%d out-of-band edits of Sync-managed ConfigMaps", *nEdits)
+		if drift, err = driftEdits(ctx, c, "gitops", driftNames, *nEdits); err != nil {
+			return err
+		}
+	}
+
+	step("at rest for %s", *restFor)
+	before, err := apicount.Scrape(ctx, env.Clientset)
+	if err != nil {
+		return err
+	}
+	time.Sleep(*restFor)
+	after, err := apicount.Scrape(ctx, env.Clientset)
+	if err != nil {
+		return err
+	}
+	atRest := after.Minus(before)
+	rested, err := memory(mgr, *heapProfile)
+	if err != nil {
+		return err
+	}
+
+	report(systems, apps, all, drift, steady, rested, atRest)
+	return nil
+}
+
+// prepare measures the floors of the systems at their sizes, alone, and
+// returns the systems to load; apps is kube-controller-manager's
+// Deployments (the BasicDeployments' floor) when workloads are loaded, and
+// driftNames are Sync-managed ConfigMaps to edit.
+func prepare(ctx context.Context, env *testenv.Environment, root string) (systems []*system, apps *system, driftNames []string, err error) {
+	c := env.Client
+	throttled := func(q float32, b int) (client.Client, error) {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.QPS, cfg.Burst = q, b
+		return client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	}
+
+	// GitOps.
+	if *nSyncs > 0 {
+		dirs := map[string][]*unstructured.Unstructured{}
+		var all []*unstructured.Unstructured
+		var names []string
+		for i := range *nSyncs {
+			p := fmt.Sprintf("s%03d", i)
+			names = append(names, p)
+			for j := range *nPerSync {
+				cm := gitfixture.ConfigMap(fmt.Sprintf("%s-cm%03d", p, j), "v")
+				dirs[p] = append(dirs[p], cm)
+				all = append(all, cm)
+				if j == 0 {
+					driftNames = append(driftNames, cm.GetName())
+				}
+			}
+		}
+		url, err := gitfixture.Repo(root, "scale", dirs)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		step("floor: %d objects by an %d-way SSA loop", len(all), workers)
+		start := time.Now()
+		if err := gitfixture.ApplyLoop(ctx, c, "floor-gitops", all, workers); err != nil {
+			return nil, nil, nil, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("syncs_%dx%d", *nSyncs, *nPerSync), floor: time.Since(start),
+			load: func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, names) }})
+	}
+
+	// Certificates.
+	if *nCerts > 0 {
+		ca, err := floors.NewCA()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		fc, err := throttled(float32(*certQPS), *certBurst)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		spec := func(i int) *pkiv1alpha1.CertificateSpec {
+			return &pkiv1alpha1.CertificateSpec{SecretName: fmt.Sprintf("c%d-tls", i), DNSNames: []string{fmt.Sprintf("c%d.example.com", i)},
+				PrivateKey: &pkiv1alpha1.CertificatePrivateKey{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm}, IssuerRef: pkiv1alpha1.IssuerReference{Name: "ca"}}
+		}
+		step("floor: %d Certificates' keys, signatures and Secrets by a %d-way loop at %v QPS", *nCerts, workers, *certQPS)
+		floor, err := floors.Certificates(ctx, fc, ca, "floor-certificates", *nCerts, workers, spec)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("certificates_%d", *nCerts), floor: floor,
+			load: func(ctx context.Context) error { return loadCertificates(ctx, c, "certificates", ca, *nCerts, spec) }})
+	}
+
+	// KwokMachines.
+	if *nMachines > 0 {
+		fc, err := throttled(20, 30)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		step("floor: %d kwok Nodes registered by a loop at 20 QPS", *nMachines)
+		floor, err := floors.KwokNodes(ctx, fc, "floor", *nMachines)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("kwokmachines_%d", *nMachines), floor: floor,
+			load: func(ctx context.Context) error { return loadMachines(ctx, c, "machines", *nMachines) }})
+	}
+
+	// Workloads: both sides at once; the Deployments' time is the floor.
+	if *nPods > 0 && *nDeploy > 0 {
+		apps = &system{name: "deployments", load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", false) }}
+		systems = append(systems, &system{name: fmt.Sprintf("basicdeployments_%d_pods", *nPods),
+			load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", true) }}, apps)
+	}
+	return systems, apps, driftNames, nil
+}
+
+// report prints the figures and their BENCH lines.
+func report(systems []*system, apps *system, all time.Duration, drift []time.Duration, steady, rested mem, atRest apicount.Counts) {
+	fmt.Printf("bench/scale: one manager, all systems at once (load average %s)\n", loadavg())
+	for _, s := range systems {
+		if s == apps {
+			continue
+		}
+		floor := s.floor
+		what := "floor"
+		if floor == 0 && apps != nil {
+			floor, what = apps.took, "kube-controller-manager's Deployments, same time"
+		}
+		fmt.Printf("  %-32s all Ready %8s  %s %8s  ratio %.2f\n", s.name, s.took.Round(time.Millisecond), what, floor.Round(time.Millisecond), s.took.Seconds()/floor.Seconds())
+		benchout.Line("scale."+s.name+"_floor_seconds", floor.Seconds(), "s")
+		benchout.Ratio("scale."+s.name+"_ready_seconds", s.took.Seconds(), "s", s.took.Seconds()/floor.Seconds())
+	}
+	fmt.Printf("  %-32s %s\n", "everything Ready", all.Round(time.Millisecond))
+	benchout.Line("scale.all_ready_seconds", all.Seconds(), "s")
+	if len(drift) > 0 {
+		p50, p99 := pct(drift, 0.5), pct(drift, 0.99)
+		fmt.Printf("  %-32s p50 %s, p99 %s (n=%d)\n", "drift edit -> corrected", p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(drift))
+		benchout.Line("scale.drift_corrected_p50", float64(p50.Milliseconds()), "ms")
+		benchout.Line("scale.drift_corrected_p99", float64(p99.Milliseconds()), "ms")
+	}
+	fmt.Printf("  %-32s RSS %d MiB, Go heap in use %d MiB\n", "manager, all Ready", steady.rss, steady.heap)
+	fmt.Printf("  %-32s RSS %d MiB, Go heap in use %d MiB; peak RSS %d MiB\n", "manager, after the rest", rested.rss, rested.heap, rested.peak)
+	benchout.Line("scale.manager_rss_ready", float64(steady.rss), "MiB")
+	benchout.Line("scale.manager_heap_ready", float64(steady.heap), "MiB")
+	benchout.Line("scale.manager_rss_rest", float64(rested.rss), "MiB")
+	benchout.Line("scale.manager_heap_rest", float64(rested.heap), "MiB")
+	benchout.Line("scale.manager_rss_peak", float64(rested.peak), "MiB")
+	secs := restFor.Seconds()
+	fmt.Printf("  %-32s %.1f requests/s (%.1f writes/s), every client, over %s\n", "API at rest", atRest.Total()/secs, atRest.AllWrites().Total()/secs, *restFor)
+	fmt.Fprintf(os.Stderr, "API requests at rest over %s: %s\n", *restFor, atRest)
+	benchout.Line("scale.api_requests_per_s_at_rest", atRest.Total()/secs, "1/s")
+	benchout.Line("scale.api_writes_per_s_at_rest", atRest.AllWrites().Total()/secs, "1/s")
+}
+
+type mem struct{ rss, heap, peak int64 }
+
+// memory reads the manager's RSS, peak RSS and Go heap in use (MiB).
+func memory(mgr *managerproc.Manager, profile string) (mem, error) {
+	line, m, err := mgr.Describe(profile)
+	if err != nil {
+		return mem{}, err
+	}
+	fmt.Fprintln(os.Stderr, "  manager:", line)
+	h, err := mgr.Heap("")
+	if err != nil {
+		return mem{}, err
+	}
+	return mem{rss: m.RSS, heap: h.InUse >> 20, peak: m.HWM}, nil
+}
+
+// poll calls done every 200 ms until it says true.
+func poll(ctx context.Context, done func() (bool, error)) error {
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func loadSyncs(ctx context.Context, c client.Client, ns, url string, paths []string) error {
+	if err := c.Create(ctx, &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo"},
+		Spec: gitopsv1alpha1.GitRepositorySpec{URL: url, Interval: &metav1.Duration{Duration: time.Hour}}}); err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if err := c.Create(ctx, &gitopsv1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sync-" + p},
+			Spec: gitopsv1alpha1.SyncSpec{SourceRef: gitopsv1alpha1.SourceReference{Name: "repo"}, Path: p, Prune: ptr.To(true),
+				TargetNamespace: ns, Interval: &metav1.Duration{Duration: time.Hour}}}); err != nil {
+			return err
+		}
+	}
+	return poll(ctx, func() (bool, error) {
+		l := &gitopsv1alpha1.SyncList{}
+		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for i := range l.Items {
+			if meta.IsStatusConditionTrue(l.Items[i].Status.Conditions, gitopsv1alpha1.ReadyCondition) {
+				ready++
+			}
+		}
+		return ready == len(paths), nil
+	})
+}
+
+func loadCertificates(ctx context.Context, c client.Client, ns string, ca *floors.CA, n int, spec func(int) *pkiv1alpha1.CertificateSpec) error {
+	s := ca.Secret.DeepCopy()
+	s.Namespace = ns
+	if err := c.Create(ctx, s); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &pkiv1alpha1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ca"},
+		Spec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}}); err != nil {
+		return err
+	}
+	if err := par.Do(workers, n, func(i int) error {
+		return c.Create(ctx, &pkiv1alpha1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i)}, Spec: *spec(i)})
+	}); err != nil {
+		return err
+	}
+	return poll(ctx, func() (bool, error) {
+		l := &pkiv1alpha1.CertificateList{}
+		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for i := range l.Items {
+			if meta.IsStatusConditionTrue(l.Items[i].Status.Conditions, pkiv1alpha1.ReadyCondition) {
+				ready++
+			}
+		}
+		return ready == n, nil
+	})
+}
+
+func loadMachines(ctx context.Context, c client.Client, ns string, n int) error {
+	for i := range n {
+		name := fmt.Sprintf("m-%d", i)
+		if err := c.Create(ctx, &infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
+				APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: name}}}); err != nil {
+			return err
+		}
+	}
+	return poll(ctx, func() (bool, error) {
+		l := &machinev1alpha1.MachineList{}
+		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		done := 0
+		for i := range l.Items {
+			m := &l.Items[i]
+			if m.Status.Phase == machinev1alpha1.PhaseRunning && m.Status.NodeRef != nil &&
+				meta.IsStatusConditionTrue(m.Status.Conditions, machinev1alpha1.NodeHealthyCondition) {
+				done++
+			}
+		}
+		return done == n, nil
+	})
+}
+
+// loadWorkloads creates -deployments BasicDeployments (basic) or apps/v1
+// Deployments sharing -pods replicas, and waits until every one has all
+// its replicas updated and available.
+func loadWorkloads(ctx context.Context, c client.Client, ns string, basic bool) error {
+	type status struct{ want, replicas, updated, available int32 }
+	var names []string
+	for i := range *nDeploy {
+		replicas := int32(*nPods / *nDeploy) //nolint:gosec // flags
+		if i < *nPods%*nDeploy {
+			replicas++
+		}
+		app := fmt.Sprintf("apps-%d", i)
+		if basic {
+			app = fmt.Sprintf("basic-%d", i)
+		}
+		names = append(names, app)
+		sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}
+		tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx:1"}}}}
+		var obj client.Object = &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: sel, Template: tmpl}}
+		if basic {
+			obj = &workloadsv1alpha1.BasicDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+				Spec: workloadsv1alpha1.BasicDeploymentSpec{Replicas: ptr.To(replicas), Selector: sel, Template: tmpl}}
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return poll(ctx, func() (bool, error) {
+		for _, name := range names {
+			key := client.ObjectKey{Namespace: ns, Name: name}
+			var gen, observed int64
+			var s status
+			if basic {
+				d := &workloadsv1alpha1.BasicDeployment{}
+				if err := c.Get(ctx, key, d); err != nil {
+					return false, err
+				}
+				gen, observed = d.Generation, d.Status.ObservedGeneration
+				s = status{*d.Spec.Replicas, d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas}
+			} else {
+				d := &appsv1.Deployment{}
+				if err := c.Get(ctx, key, d); err != nil {
+					return false, err
+				}
+				gen, observed = d.Generation, d.Status.ObservedGeneration
+				s = status{*d.Spec.Replicas, d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas}
+			}
+			if observed < gen || s.replicas != s.want || s.updated != s.want || s.available != s.want {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// driftEdits edits the ConfigMaps names (in turn) with another field
+// manager and times each until its Sync has restored it.
+func driftEdits(ctx context.Context, c client.Client, ns string, names []string, edits int) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := range edits {
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: names[i%len(names)]}, cm); err != nil {
+			return nil, err
+		}
+		cm.Data["key"] = "edited-" + strconv.Itoa(i)
+		start := time.Now()
+		if err := c.Update(ctx, cm, client.FieldOwner("bench-intruder")); err != nil {
+			return nil, err
+		}
+		for {
+			got := &corev1.ConfigMap{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(cm), got); err == nil && got.Data["key"] == "v" {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				return nil, fmt.Errorf("drift of %s not corrected within a minute", cm.Name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+func pct(d []time.Duration, q float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
