@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/converge-dev/converge/internal/gitops/gittest"
+	"github.com/converge-dev/converge/internal/qemu"
 )
 
 // verbsSuccess drives the success path of each verb not walked by the
@@ -251,4 +252,97 @@ spec:
 		return get("mup", "held", "-o", "jsonpath={.status.phase}")
 	}).WithTimeout(wait).Should(Equal("Aborted"))
 	g.Expect(get("machine", "worker-1", "-o", "jsonpath={.spec.version}")).To(Equal("1.0"), "the aborted upgrade touched no Machine")
+}
+
+// The images of machineConsole: each is the busybox test image whose init
+// prints qemu.ImageMarker and the image's name on the serial console.
+const consoleImageA, consoleImageB = "console-a", "console-b"
+
+// consoleImages builds the test image store of machineConsole (the busybox
+// image, cached across runs, and two marked images made from it) and
+// returns its directory, or "" when QEMU or the image tools are missing
+// outside CI (under CI=true that fails the test).
+func consoleImages(t *testing.T) string {
+	t.Helper()
+	dir, err := qemu.TestImageDir()
+	if err == nil {
+		_, err = exec.LookPath("qemu-system-x86_64")
+	}
+	if err == nil {
+		err = qemu.BuildBusyboxImage(t.Context(), dir, "busybox")
+	}
+	for _, name := range []string{consoleImageA, consoleImageB} {
+		if err == nil {
+			err = qemu.BuildMarkedImage(t.Context(), dir, "busybox", name)
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the QEMU images of `converge machine console`: %v", err)
+		}
+		t.Logf("*** SKIPPING the success path of `converge machine console`: %v ***", err)
+		return ""
+	}
+	return dir
+}
+
+// machineConsole drives `converge machine console` on two real QEMU VMs
+// booted by `converge up` from two images whose init each prints its own
+// name: the verb prints the named Machine's serial console (the kernel's
+// boot and init's marker) and not the other one's.
+func machineConsole(t *testing.T, cv func(args ...string) (string, int),
+	get func(args ...string) string, apply func(yaml string)) {
+	g := NewWithT(t)
+	const wait = 3 * time.Minute
+	vm := func(name, image string) string {
+		return `apiVersion: infrastructure.converge.dev/v1alpha1
+kind: QemuMachine
+metadata:
+  name: ` + name + `
+spec:
+  image: ` + image + `
+---
+apiVersion: machine.converge.dev/v1alpha1
+kind: Machine
+metadata:
+  name: ` + name + `
+spec:
+  image: ` + image + `
+  infrastructureRef:
+    apiVersion: infrastructure.converge.dev/v1alpha1
+    kind: QemuMachine
+    name: ` + name + `
+  networkInterfaces:
+  - name: eth0
+    network: lan
+`
+	}
+	apply(vm("vm-a", consoleImageA) + "---\n" + vm("vm-b", consoleImageB))
+	for _, c := range []struct{ name, image, other string }{
+		{"vm-a", consoleImageA, consoleImageB},
+		{"vm-b", consoleImageB, consoleImageA},
+	} {
+		g.Eventually(func() string {
+			return get("machine", c.name, "-o", "jsonpath={.status.consoleLog}")
+		}).WithTimeout(wait).ShouldNot(BeEmpty(), "machine %s publishes its console", c.name)
+		var console string
+		g.Eventually(func(g Gomega) {
+			out, code := cv("machine", "console", c.name)
+			g.Expect(code).To(Equal(0), out)
+			g.Expect(out).To(ContainSubstring(qemu.ImageMarker + " " + c.image))
+			console = out
+		}).WithTimeout(wait).WithPolling(time.Second).Should(Succeed(), "the console of %s shows its init", c.name)
+		t.Logf("converge machine console %s (end):\n%s", c.name, tail(console, 5))
+		g.Expect(console).To(ContainSubstring(qemu.InitMarker))
+		g.Expect(console).NotTo(ContainSubstring(qemu.ImageMarker+" "+c.other), "not the other machine's console")
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -42,7 +43,14 @@ func (e *env) run(t *testing.T, args ...string) (string, int) {
 func TestVerbsThroughTheBinary(t *testing.T) {
 	g := NewWithT(t)
 	e := setup(t)
-	p := e.start(t)
+	images := consoleImages(t)
+	var p *upProcess
+	if images != "" {
+		p = e.start(t, "--machine-image-dir", images)
+		t.Cleanup(func() { _ = (&qemu.Host{StateDir: filepath.Join(e.dataDir, "machines")}).StopAll() })
+	} else {
+		p = e.start(t)
+	}
 	p.waitReady(t)
 	kc := filepath.Join(e.dataDir, "kubeconfig")
 	root, err := testenv.RepoRoot()
@@ -133,4 +141,7 @@ func TestVerbsThroughTheBinary(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred(), out)
 	}
 	verbsSuccess(t, e, root, cv, ok, get, apply)
+	if images != "" {
+		machineConsole(t, cv, get, apply)
+	}
 }
