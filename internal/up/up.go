@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,7 +88,11 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	// step may be called from the control plane's parallel start-up steps.
+	var stepMu sync.Mutex
 	step := func(format string, args ...any) {
+		stepMu.Lock()
+		defer stepMu.Unlock()
 		_, _ = fmt.Fprintf(o.Out, "  [%5.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
 	o.ControlPlane.Progress = step
@@ -143,15 +148,17 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	step("converge manager built")
 	if err := install.ApplyWebhooks(ctx, c, setup.LocalWebhookURL(o.WebhookPort), ca); err != nil {
 		return nil, fmt.Errorf("installing webhook configurations: %w", err)
 	}
+	step("webhook configurations installed")
 	// The manager outlives ctx's deadline but not Stop.
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.stopManager = cancel
 	p.mgrDone = make(chan error, 1)
 	go func() { p.mgrDone <- cv.Manager.Start(mctx) }()
-	if err := waitReady(ctx, cp, cv, p.mgrDone); err != nil {
+	if err := waitReady(ctx, cp, cv, p.mgrDone, step); err != nil {
 		return nil, err
 	}
 	if o.LBPool != "" {
@@ -200,15 +207,25 @@ func (p *Platform) Stop() error {
 	return errors.Join(mgrErr, p.ControlPlane.Stop())
 }
 
-// waitReady waits for the fake node, the manager's caches and its webhook
-// server.
-func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge, mgrDone chan error) error {
+// waitReady waits for the fake node, the manager's leadership, its caches
+// and its webhook server, telling step when each is done.
+func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge, mgrDone chan error, step func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := cp.WaitNodesReady(ctx); err != nil {
 		return err
 	}
+	step("fake node(s) ready")
+	select {
+	case <-cv.Manager.Elected():
+	case err := <-mgrDone:
+		mgrDone <- err
+		return fmt.Errorf("manager stopped while starting: %w", err)
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the manager to become leader: %w", ctx.Err())
+	}
 	checker := cv.Manager.GetWebhookServer().StartedChecker()
+	webhooksTold := false
 	for {
 		select {
 		case err := <-mgrDone:
@@ -220,7 +237,15 @@ func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge
 			return fmt.Errorf("waiting for the manager: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
-		if checker(nil) == nil && cv.Manager.GetCache().WaitForCacheSync(ctx) {
+		if checker(nil) != nil {
+			continue
+		}
+		if !webhooksTold {
+			step("manager is leader; webhook server answering")
+			webhooksTold = true
+		}
+		if cv.Manager.GetCache().WaitForCacheSync(ctx) {
+			step("manager caches synced")
 			return nil
 		}
 	}
