@@ -12,7 +12,7 @@
 #   READY_TIMEOUT=180, STOP_TIMEOUT=60   seconds before giving up
 #   BENCH_API_PORT=16443 BENCH_ETCD_PORT=12379 (and +1) BENCH_WEBHOOK_PORT=19443
 #   BENCH_METRICS_ADDR=127.0.0.1:18080 BENCH_PROBE_ADDR=127.0.0.1:18081
-#   BENCH_RECEIVER_ADDR=127.0.0.1:19292
+#   BENCH_RECEIVER_ADDR=127.0.0.1:19292 BENCH_ACME_HTTP01_ADDR=127.0.0.1:18089
 #     non-default ports, so that the benchmark runs beside a `converge up`.
 set -euo pipefail
 export LC_ALL=C # a decimal point, not a comma, in $EPOCHREALTIME and awk
@@ -32,6 +32,7 @@ PORT_ARGS=(
 	--metrics-bind-address "${BENCH_METRICS_ADDR:-127.0.0.1:18080}"
 	--health-probe-bind-address "${BENCH_PROBE_ADDR:-127.0.0.1:18081}"
 	--receiver-bind-address "${BENCH_RECEIVER_ADDR:-127.0.0.1:19292}"
+	--acme-http01-bind-address "${BENCH_ACME_HTTP01_ADDR:-127.0.0.1:18089}"
 )
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok converge)
 

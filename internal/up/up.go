@@ -307,6 +307,7 @@ func checkManagerPorts(o Options) error {
 		{o.Manager.MetricsBindAddress, "the metrics endpoint", "--metrics-bind-address"},
 		{o.Manager.HealthProbeBindAddress, "the health probes", "--health-probe-bind-address"},
 		{o.Manager.Receiver.BindAddress, "the push webhook receiver", "--receiver-bind-address"},
+		{o.Manager.PKI.ACMEHTTP01BindAddress, "the ACME HTTP-01 answers", "--acme-http01-bind-address"},
 	} {
 		if a.addr == "" || a.addr == "0" {
 			continue
