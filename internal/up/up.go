@@ -149,17 +149,27 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 		return nil, err
 	}
 	step("converge manager built")
-	if err := install.ApplyWebhooks(ctx, c, setup.LocalWebhookURL(o.WebhookPort), ca); err != nil {
-		return nil, fmt.Errorf("installing webhook configurations: %w", err)
-	}
-	step("webhook configurations installed")
 	// The manager outlives ctx's deadline but not Stop.
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.stopManager = cancel
 	p.mgrDone = make(chan error, 1)
 	go func() { p.mgrDone <- cv.Manager.Start(mctx) }()
-	if err := waitReady(ctx, cp, cv, p.mgrDone, step); err != nil {
-		return nil, err
+	// The webhook configurations go in while the manager's caches sync;
+	// "up" waits for both.
+	webhooks := make(chan error, 1)
+	go func() {
+		err := install.ApplyWebhooks(ctx, c, setup.LocalWebhookURL(o.WebhookPort), ca)
+		if err == nil {
+			step("webhook configurations installed")
+		}
+		webhooks <- err
+	}()
+	readyErr := waitReady(ctx, cp, cv, p.mgrDone, step)
+	if err := <-webhooks; err != nil {
+		return nil, fmt.Errorf("installing webhook configurations: %w", err)
+	}
+	if readyErr != nil {
+		return nil, readyErr
 	}
 	if o.LBPool != "" {
 		if err := p.startLoadBalancer(ctx, c, cfg, o.LBPool); err != nil {
