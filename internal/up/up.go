@@ -251,7 +251,7 @@ func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge
 			continue
 		}
 		if !webhooksTold {
-			step("manager is leader; webhook server answering")
+			step("manager is leader, webhook server answering")
 			webhooksTold = true
 		}
 		if cv.Manager.GetCache().WaitForCacheSync(ctx) {
