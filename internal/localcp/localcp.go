@@ -168,8 +168,8 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		before <- nil
 	}
 	if err := cp.startNodeSide(ctx); err != nil {
-		<-before // nothing of it runs on past Start
-		return nil, err
+		// Nothing of BeforeControllers runs on past Start.
+		return nil, errors.Join(err, <-before)
 	}
 	if err := <-before; err != nil {
 		return nil, err
