@@ -41,6 +41,12 @@ type Options struct {
 	Out io.Writer
 	// Ready, if set, is called once everything is ready.
 	Ready func(*Platform)
+	// ReadyBeforeCacheSync reports ready once the webhooks answer and the
+	// manager is leader, without waiting for every controller's informers
+	// to sync (they keep syncing; a webhook's cached read waits for its
+	// own). `converge up` sets it; test harnesses, which count on synced
+	// caches, leave it off.
+	ReadyBeforeCacheSync bool
 	// LBPool is the local load balancer's address pool (CIDR or range),
 	// served by an agent in this process with the userspace data plane:
 	// loopback addresses reach Services from this machine without root.
@@ -164,7 +170,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 		}
 		webhooks <- err
 	}()
-	readyErr := waitReady(ctx, cp, cv, p.mgrDone, step)
+	readyErr := waitReady(ctx, cp, cv, p.mgrDone, !o.ReadyBeforeCacheSync, step)
 	if err := <-webhooks; err != nil {
 		return nil, fmt.Errorf("installing webhook configurations: %w", err)
 	}
@@ -217,9 +223,9 @@ func (p *Platform) Stop() error {
 	return errors.Join(mgrErr, p.ControlPlane.Stop())
 }
 
-// waitReady waits for the fake node, the manager's leadership, its caches
-// and its webhook server, telling step when each is done.
-func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge, mgrDone chan error, step func(string, ...any)) error {
+// waitReady waits for the fake node, the manager's leadership, its webhook
+// server and, if caches, its caches, telling step when each is done.
+func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge, mgrDone chan error, caches bool, step func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := cp.WaitNodesReady(ctx); err != nil {
@@ -253,6 +259,9 @@ func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge
 		if !webhooksTold {
 			step("manager is leader, webhook server answering")
 			webhooksTold = true
+		}
+		if !caches {
+			return nil
 		}
 		if cv.Manager.GetCache().WaitForCacheSync(ctx) {
 			step("manager caches synced")
