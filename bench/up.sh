@@ -12,7 +12,7 @@
 #   READY_TIMEOUT=180, STOP_TIMEOUT=60   seconds before giving up
 #   BENCH_API_PORT=16443 BENCH_ETCD_PORT=12379 (and +1) BENCH_WEBHOOK_PORT=19443
 #   BENCH_METRICS_ADDR=127.0.0.1:18080 BENCH_PROBE_ADDR=127.0.0.1:18081
-#   BENCH_RECEIVER_ADDR=127.0.0.1:19292
+#   BENCH_RECEIVER_ADDR=127.0.0.1:19292 BENCH_ACME_HTTP01_ADDR=127.0.0.1:18089
 #     non-default ports, so that the benchmark runs beside a `converge up`.
 set -euo pipefail
 export LC_ALL=C # a decimal point, not a comma, in $EPOCHREALTIME and awk
@@ -32,6 +32,7 @@ PORT_ARGS=(
 	--metrics-bind-address "${BENCH_METRICS_ADDR:-127.0.0.1:18080}"
 	--health-probe-bind-address "${BENCH_PROBE_ADDR:-127.0.0.1:18081}"
 	--receiver-bind-address "${BENCH_RECEIVER_ADDR:-127.0.0.1:19292}"
+	--acme-http01-bind-address "${BENCH_ACME_HTTP01_ADDR:-127.0.0.1:18089}"
 )
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok converge)
 
@@ -301,7 +302,7 @@ run() {
 	phases=$(sed -n 's/^ *\[ *\([0-9.]*\)s\] \(.*\)$/\2 @\1s/p' "$out" | paste -sd ';' - | sed 's/;/; /g')
 	local waited=""
 	(($(calc "$lockwait > 0" 0))) && waited="; $lockwait s of it waiting for another control plane to start"
-	printf '%-7s up %5.2f s (self-reported %s s%s); idle: RSS %s MiB (%s), CPU %s%% of one core (%s)\n' \
+	printf '%-7s up %5.2f s (self-reported %s s%s); idle: RSS %s MiB (MiB per process: %s), CPU %s%% of one core (%s)\n' \
 		"$label" "$wall" "$self" "$waited" "$total_mib" "$breakdown" "$cpu" "$cpu_by"
 	printf '        stop %5.2f s (exit %s; gone after: %s); orphans: %s\n' "$stop" "$rc" "$stop_order" "$orphans"
 	printf '        steps: %s\n' "$phases"
@@ -360,7 +361,7 @@ for n in "${COMPONENTS[@]}"; do
 	[[ -n ${STOP_BY[$n]:-} ]] && stop_by+="${stop_by:+, }$n $(median ${STOP_BY[$n]})"
 done
 printf '%-27s median time until each is gone: %s\n' "" "$stop_by"
-printf '%-27s %s MiB cold (%s)' "idle RSS (tree)" "${R_RSS[0]}" "$breakdown"
+printf '%-27s %s MiB cold (MiB per process: %s)' "idle RSS (tree)" "${R_RSS[0]}" "$breakdown"
 ((RUNS > 0)) && printf '; warm median %s MiB' "$(median "${warm_rss[@]}" | cut -d. -f1)"
 echo
 printf '%-27s %s%% of one core cold' "idle CPU (tree)" "${R_CPU[0]}"
@@ -376,6 +377,7 @@ echo "BENCH up.cold_start $(calc "${R_WALL[0]}" 2) s"
 ((RUNS > 0)) && echo "BENCH up.warm_start_median $(median "${warm_wall[@]}") s"
 echo "BENCH up.stop_median $(median "${R_STOP[@]}") s"
 echo "BENCH up.idle_rss_tree_cold ${R_RSS[0]} MiB"
+# The converge process: the manager, the load balancer agent and up itself.
 [[ -n ${RSS_BY[cold/converge]:-} ]] && echo "BENCH up.idle_rss_manager_cold ${RSS_BY[cold/converge]} MiB"
 if ((ENVTEST_RUNS > 0)); then
 	sed 1d "$TMP/envtest.txt" | sed 's/^  //' | while IFS= read -r l; do printf '%s\n' "$l"; done

@@ -18,6 +18,9 @@ func newUpCommand(g *globalFlags) *cobra.Command {
 	o := up.Options{
 		ControlPlane: localcp.Config{ControllerManager: true, Scheduler: true},
 		Manager:      setup.DefaultOptions(),
+		// "Converge is up" once the webhooks answer and the manager leads;
+		// the controllers' caches finish syncing behind it.
+		ReadyBeforeCacheSync: true,
 	}
 	var verbose bool
 	cmd := &cobra.Command{

@@ -158,32 +158,21 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 	release()
 	release = func() {}
 
-	// The scheduler and kwok do not care about CRDs; kube-controller-manager
-	// starts after BeforeControllers (see Config).
-	if cfg.Scheduler {
-		if err := cp.launchAndTell(cp.scheduler()); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Nodes > 0 {
-		if err := cp.releaseNodeLeases(ctx); err != nil {
-			return nil, err
-		}
-		p, err := cp.kwok()
-		if err != nil {
-			return nil, err
-		}
-		if err := cp.launchAndTell(p); err != nil {
-			return nil, err
-		}
-		if err := cp.ensureNodes(ctx); err != nil {
-			return nil, err
-		}
-	}
+	// The scheduler and kwok do not care about CRDs, so BeforeControllers
+	// runs beside their start and the fake nodes' creation;
+	// kube-controller-manager starts after it (see Config).
+	before := make(chan error, 1)
 	if cfg.BeforeControllers != nil {
-		if err := cfg.BeforeControllers(ctx, cp.rest); err != nil {
-			return nil, err
-		}
+		go func() { before <- cfg.BeforeControllers(ctx, cp.rest) }()
+	} else {
+		before <- nil
+	}
+	if err := cp.startNodeSide(ctx); err != nil {
+		// Nothing of BeforeControllers runs on past Start.
+		return nil, errors.Join(err, <-before)
+	}
+	if err := <-before; err != nil {
+		return nil, err
 	}
 	if cfg.ControllerManager {
 		if err := cp.launchAndTell(cp.controllerManager()); err != nil {
@@ -191,6 +180,30 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 		}
 	}
 	return cp, nil
+}
+
+// startNodeSide starts kube-scheduler and kwok and creates the fake nodes,
+// as configured.
+func (cp *ControlPlane) startNodeSide(ctx context.Context) error {
+	if cp.cfg.Scheduler {
+		if err := cp.launchAndTell(cp.scheduler()); err != nil {
+			return err
+		}
+	}
+	if cp.cfg.Nodes == 0 {
+		return nil
+	}
+	if err := cp.releaseNodeLeases(ctx); err != nil {
+		return err
+	}
+	p, err := cp.kwok()
+	if err != nil {
+		return err
+	}
+	if err := cp.launchAndTell(p); err != nil {
+		return err
+	}
+	return cp.ensureNodes(ctx)
 }
 
 func (cp *ControlPlane) launchAndTell(p *process) error {

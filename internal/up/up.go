@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +41,12 @@ type Options struct {
 	Out io.Writer
 	// Ready, if set, is called once everything is ready.
 	Ready func(*Platform)
+	// ReadyBeforeCacheSync reports ready once the webhooks answer and the
+	// manager is leader, without waiting for every controller's informers
+	// to sync (they keep syncing; a webhook's cached read waits for its
+	// own). `converge up` sets it; test harnesses, which count on synced
+	// caches, leave it off.
+	ReadyBeforeCacheSync bool
 	// LBPool is the local load balancer's address pool (CIDR or range),
 	// served by an agent in this process with the userspace data plane:
 	// loopback addresses reach Services from this machine without root.
@@ -87,7 +94,11 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	// step may be called from the control plane's parallel start-up steps.
+	var stepMu sync.Mutex
 	step := func(format string, args ...any) {
+		stepMu.Lock()
+		defer stepMu.Unlock()
 		_, _ = fmt.Fprintf(o.Out, "  [%5.1fs] %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
 	o.ControlPlane.Progress = step
@@ -143,16 +154,28 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := install.ApplyWebhooks(ctx, c, setup.LocalWebhookURL(o.WebhookPort), ca); err != nil {
-		return nil, fmt.Errorf("installing webhook configurations: %w", err)
-	}
+	step("converge manager built")
 	// The manager outlives ctx's deadline but not Stop.
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.stopManager = cancel
 	p.mgrDone = make(chan error, 1)
 	go func() { p.mgrDone <- cv.Manager.Start(mctx) }()
-	if err := waitReady(ctx, cp, cv, p.mgrDone); err != nil {
-		return nil, err
+	// The webhook configurations go in while the manager's caches sync;
+	// "up" waits for both.
+	webhooks := make(chan error, 1)
+	go func() {
+		err := install.ApplyWebhooks(ctx, c, setup.LocalWebhookURL(o.WebhookPort), ca)
+		if err == nil {
+			step("webhook configurations installed")
+		}
+		webhooks <- err
+	}()
+	readyErr := waitReady(ctx, cp, cv, p.mgrDone, !o.ReadyBeforeCacheSync, step)
+	if err := <-webhooks; err != nil {
+		return nil, fmt.Errorf("installing webhook configurations: %w", err)
+	}
+	if readyErr != nil {
+		return nil, readyErr
 	}
 	if o.LBPool != "" {
 		if err := p.startLoadBalancer(ctx, c, cfg, o.LBPool); err != nil {
@@ -200,15 +223,25 @@ func (p *Platform) Stop() error {
 	return errors.Join(mgrErr, p.ControlPlane.Stop())
 }
 
-// waitReady waits for the fake node, the manager's caches and its webhook
-// server.
-func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge, mgrDone chan error) error {
+// waitReady waits for the fake node, the manager's leadership, its webhook
+// server and, if caches, its caches, telling step when each is done.
+func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge, mgrDone chan error, caches bool, step func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := cp.WaitNodesReady(ctx); err != nil {
 		return err
 	}
+	step("fake node(s) ready")
+	select {
+	case <-cv.Manager.Elected():
+	case err := <-mgrDone:
+		mgrDone <- err
+		return fmt.Errorf("manager stopped while starting: %w", err)
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the manager to become leader: %w", ctx.Err())
+	}
 	checker := cv.Manager.GetWebhookServer().StartedChecker()
+	webhooksTold := false
 	for {
 		select {
 		case err := <-mgrDone:
@@ -220,7 +253,18 @@ func waitReady(ctx context.Context, cp *localcp.ControlPlane, cv *setup.Converge
 			return fmt.Errorf("waiting for the manager: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
-		if checker(nil) == nil && cv.Manager.GetCache().WaitForCacheSync(ctx) {
+		if checker(nil) != nil {
+			continue
+		}
+		if !webhooksTold {
+			step("manager is leader, webhook server answering")
+			webhooksTold = true
+		}
+		if !caches {
+			return nil
+		}
+		if cv.Manager.GetCache().WaitForCacheSync(ctx) {
+			step("manager caches synced")
 			return nil
 		}
 	}
@@ -282,6 +326,7 @@ func checkManagerPorts(o Options) error {
 		{o.Manager.MetricsBindAddress, "the metrics endpoint", "--metrics-bind-address"},
 		{o.Manager.HealthProbeBindAddress, "the health probes", "--health-probe-bind-address"},
 		{o.Manager.Receiver.BindAddress, "the push webhook receiver", "--receiver-bind-address"},
+		{o.Manager.PKI.ACMEHTTP01BindAddress, "the ACME HTTP-01 answers", "--acme-http01-bind-address"},
 	} {
 		if a.addr == "" || a.addr == "0" {
 			continue

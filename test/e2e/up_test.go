@@ -165,6 +165,30 @@ func (e *env) kubectl(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
+// webhooksAnswerAtOnce checks, right after "Converge is up" and without
+// retrying, that the validating webhooks answer: a pool overlapping up's own
+// loopback pool is refused by the webhook's overlap check, naming the field
+// (with the webhook server not yet answering, the API server would refuse it
+// with "failed calling webhook" instead).
+func (e *env) webhooksAnswerAtOnce(t *testing.T) {
+	t.Helper()
+	manifest := filepath.Join(t.TempDir(), "overlap.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: lb.converge.dev/v1alpha1
+kind: IPAddressPool
+metadata:
+  name: overlaps-local-loopback
+spec:
+  addresses: ["127.240.0.7/32"]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.kubectl(t, "create", "-f", manifest)
+	g := NewWithT(t)
+	g.Expect(err).To(HaveOccurred(), "an overlapping pool must be refused: %s", out)
+	g.Expect(out).To(ContainSubstring("spec.addresses"))
+	g.Expect(out).To(MatchRegexp(`overlaps \S+ of IPAddressPool "local-loopback"`))
+}
+
 // tokenOnly runs kubectl authenticated by a bearer token alone (no client
 // certificate, which the API server would check first).
 func (e *env) tokenOnly(t *testing.T, token string, args ...string) (string, error) {
@@ -202,6 +226,7 @@ func TestUpLifecycle(t *testing.T) {
 	p := e.start(t)
 	p.waitReady(t)
 	g.Expect(p.output()).To(ContainSubstring("Converge is up"))
+	e.webhooksAnswerAtOnce(t)
 	pids := p.pids()
 	g.Expect(pids).To(HaveKey("etcd"))
 	g.Expect(pids).To(HaveKey("kube-apiserver"))
@@ -279,6 +304,7 @@ func TestUpLifecycle(t *testing.T) {
 	// Restart: same objects, same kubeconfig, old token still valid.
 	p2 := e.start(t)
 	p2.waitReady(t)
+	e.webhooksAnswerAtOnce(t) // a warm start must not announce "up" any earlier
 	out, err = e.kubectl(t, "get", "configmap", "survivor", "-o", "jsonpath={.data.k}")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(Equal("v"))
