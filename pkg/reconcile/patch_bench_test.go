@@ -1,11 +1,12 @@
 package reconcile_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
@@ -46,10 +47,6 @@ func applied(sy *gitopsv1alpha1.Sync) *gitopsv1alpha1.Sync {
 // without the API server): the kit's StatusPatcher against a typed
 // client.MergeFrom of the same change.
 func BenchmarkStatusPatch(b *testing.B) {
-	scheme := runtime.NewScheme()
-	if err := gitopsv1alpha1.AddToScheme(scheme); err != nil {
-		b.Fatal(err)
-	}
 	for _, n := range []int{1000, 10000} {
 		read := syncWithInventory(n)
 		after := applied(read)
@@ -57,7 +54,7 @@ func BenchmarkStatusPatch(b *testing.B) {
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				data, err := reconcile.StatusPatchData(scheme, read, after)
+				data, err := reconcile.StatusPatchData(read, after)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -79,4 +76,56 @@ func BenchmarkStatusPatch(b *testing.B) {
 			b.ReportMetric(float64(size), "patch-bytes")
 		})
 	}
+}
+
+// TestStatusPatchData: the kit's first patch of a Sync-shaped change is
+// locked on the resourceVersion read and carries the changed status fields
+// and nothing else; an unchanged status sends nothing.
+func TestStatusPatchData(t *testing.T) {
+	read := syncWithInventory(3)
+	after := applied(read)
+	after.Status.LastApplySummary = ""
+	data, err := reconcile.StatusPatchData(read, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{}
+	if err := json.Unmarshal([]byte(`{"metadata":{"resourceVersion":"42"},"status":{`+
+		`"lastAppliedRevision":"main@sha1:abcdef","lastApplySummary":null,"inventory":[`+
+		`{"version":"v1","kind":"ConfigMap","namespace":"apps","name":"config-00000"},`+
+		`{"version":"v1","kind":"ConfigMap","namespace":"apps","name":"config-00001"},`+
+		`{"version":"v1","kind":"ConfigMap","namespace":"apps","name":"config-00002"},`+
+		`{"version":"v1","kind":"ConfigMap","namespace":"apps","name":"config-new"}],`+
+		`"conditions":`+mustJSON(t, after.Status.Conditions)+`}}`), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("patch:\n%s\nwant:\n%v", data, want)
+	}
+	same, err := reconcile.StatusPatchData(read, read.DeepCopy())
+	if err != nil || same != nil {
+		t.Errorf("unchanged status: patch %s, %v; want none", same, err)
+	}
+	// A nested object is diffed, not replaced: only the field that changed.
+	withDrift := read.DeepCopy()
+	withDrift.Status.Drift = &gitopsv1alpha1.DriftStatus{Count: 1}
+	moreDrift := withDrift.DeepCopy()
+	moreDrift.Status.Drift.Count = 2
+	data, err = reconcile.StatusPatchData(withDrift, moreDrift)
+	if err != nil || string(data) != `{"metadata":{"resourceVersion":"42"},"status":{"drift":{"count":2}}}` {
+		t.Errorf("nested change: patch %s, %v", data, err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
