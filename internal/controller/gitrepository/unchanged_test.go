@@ -46,7 +46,10 @@ func TestUnchangedRepositoryWritesNoStatus(t *testing.T) {
 
 // TestStatusWriteNamesController: the status the kit's StatusPatcher writes
 // is owned, in managedFields, by the controller's field manager
-// (setup.FieldOwner), not by the client's default.
+// (setup.FieldOwner) and by no other manager. The API server's default
+// manager (the User-Agent's prefix, converge-<name> as well) gives the same
+// name, so this fails when a status write goes out under another client or
+// manager name, not when only the explicit field owner is dropped.
 func TestStatusWriteNamesController(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
