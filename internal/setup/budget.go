@@ -194,6 +194,11 @@ func UserAgent(controller string) string {
 	return fmt.Sprintf("converge-%s/%s (%s/%s)", controller, version.Get(), runtime.GOOS, runtime.GOARCH)
 }
 
+// FieldOwner is the field manager of the writes of the controller named
+// controller that do not name their own: converge-<controller>, as its
+// User-Agent.
+func FieldOwner(controller string) string { return "converge-" + controller }
+
 // restConfigFor is cfg with the budget's rate limiter (a new token bucket,
 // shared by everything built from the returned config or a copy of it) and
 // the User-Agent.
@@ -271,6 +276,9 @@ func newControllerAPI(mgr ctrl.Manager, name string, b Budget, f *Fence) (*Contr
 	if err != nil {
 		return nil, fmt.Errorf("building the client of controller %s: %w", name, err)
 	}
+	// Its writes name it as their field manager (managedFields), also those
+	// that do not say so themselves: the kit's status and finalizer patches.
+	c = client.WithFieldOwner(c, FieldOwner(name))
 	return &ControllerAPI{Budget: b, Config: cfg, HTTPClient: hc, Client: c, APIReader: r}, nil
 }
 

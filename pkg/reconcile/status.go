@@ -1,16 +1,20 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -37,19 +41,15 @@ type StatusPatcher struct {
 	// reader re-reads the object after a conflict: c unless
 	// ReadConflictsFrom says otherwise.
 	reader client.Reader
-	before map[string]any
+	// before is the JSON of the status as read or last written.
+	before []byte
 	err    error
 }
 
 // NewStatusPatcher remembers obj's status as the reconcile read it.
 func NewStatusPatcher(c client.Client, obj client.Object) *StatusPatcher {
 	p := &StatusPatcher{c: c, reader: c}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		p.err = fmt.Errorf("reading the status of %T: %w", obj, err)
-		return p
-	}
-	p.before = statusOf(u)
+	p.before, p.err = statusJSON(obj)
 	return p
 }
 
@@ -77,53 +77,104 @@ func (p *StatusPatcher) PatchOnReturn(ctx context.Context, obj client.Object, er
 // [StatusPatcher]. On success obj holds the object the API server returned
 // (its resourceVersion and full status). An object that no longer exists is
 // not an error: there is no status left to report.
+//
+// The patch is computed from the typed object's JSON (no unstructured
+// copy of it): a status as large as a Sync's inventory costs one encoding
+// per write and per read, and the patch carries only the status fields
+// that changed.
 func (p *StatusPatcher) Patch(ctx context.Context, obj client.Object) error {
 	if p.err != nil {
 		return p.err
 	}
-	afterObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return fmt.Errorf("reading the status of %T: %w", obj, err)
-	}
-	after := statusOf(afterObj)
-	if equality.Semantic.DeepEqual(p.before, after) {
-		return nil
-	}
-	change, err := diffStatus(p.before, after)
+	after, err := statusJSON(obj)
 	if err != nil {
 		return err
 	}
+	data, err := p.patchData(obj, after)
+	if err != nil || data == nil {
+		return err
+	}
+	err = p.c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data))
+	if apierrors.IsConflict(err) {
+		err = p.reapply(ctx, obj, after)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patching the status of %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	// The object as written is the base of a later Patch.
+	p.before, err = statusJSON(obj)
+	return err
+}
 
-	// The first attempt's base is the object as read, at the newest
-	// resourceVersion this reconcile knows (its own finalizer patches move
-	// it on).
-	base := &unstructured.Unstructured{Object: afterObj}
-	base.Object["status"] = runtime.DeepCopyJSONValue(p.before)
-	if p.before == nil {
-		delete(base.Object, "status")
+// patchData is the first attempt's patch: the status fields that changed
+// since p.before, locked on obj's resourceVersion (the newest this
+// reconcile knows: its own finalizer patches move it on). It is nil when
+// the status did not change.
+func (p *StatusPatcher) patchData(obj client.Object, after []byte) ([]byte, error) {
+	if bytes.Equal(p.before, after) {
+		return nil, nil
+	}
+	change, err := mergePatch(p.before, after)
+	if err != nil {
+		return nil, fmt.Errorf("diffing the status of %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	if change == nil {
+		return nil, nil
+	}
+	rv := obj.GetResourceVersion()
+	if rv == "" {
+		return nil, fmt.Errorf("patching the status of %s: no resourceVersion to lock on", client.ObjectKeyFromObject(obj))
+	}
+	return json.Marshal(lockedStatusPatch{Metadata: lockedMeta{ResourceVersion: rv}, Status: change})
+}
+
+type lockedStatusPatch struct {
+	Metadata lockedMeta      `json:"metadata"`
+	Status   json.RawMessage `json:"status"`
+}
+
+type lockedMeta struct {
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+// reapply is Patch after a conflict: it reads the object again and applies
+// to it only what this reconcile changed (after, against p.before), with
+// the fields merged and the conditions merged by type, until a write
+// succeeds or the conflicts go on for too long. On success obj holds what
+// the server returned.
+func (p *StatusPatcher) reapply(ctx context.Context, obj client.Object, after []byte) error {
+	var before, now map[string]any
+	if err := json.Unmarshal(p.before, &before); err != nil {
+		return fmt.Errorf("reading the status of %T: %w", obj, err)
+	}
+	if err := json.Unmarshal(after, &now); err != nil {
+		return fmt.Errorf("reading the status of %T: %w", obj, err)
+	}
+	change, err := diffStatus(before, now)
+	if err != nil {
+		return err
 	}
 	gvk, err := apiutil.GVKForObject(obj, p.c.Scheme())
 	if err != nil {
 		return fmt.Errorf("patching the status of %T: %w", obj, err)
 	}
-	first := true
 	var sent *unstructured.Unstructured
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		if !first {
-			fresh, ok := obj.DeepCopyObject().(client.Object)
-			if !ok {
-				return fmt.Errorf("%T does not copy into a client.Object", obj)
-			}
-			if err := p.reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
-				return err
-			}
-			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(fresh)
-			if err != nil {
-				return err
-			}
-			base = &unstructured.Unstructured{Object: u}
+		fresh, ok := obj.DeepCopyObject().(client.Object)
+		if !ok {
+			return fmt.Errorf("%T does not copy into a client.Object", obj)
 		}
-		first = false
+		if err := p.reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+			return err
+		}
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(fresh)
+		if err != nil {
+			return err
+		}
+		base := &unstructured.Unstructured{Object: u}
 		target, err := change.applyTo(base)
 		if err != nil {
 			return err
@@ -137,22 +188,95 @@ func (p *StatusPatcher) Patch(ctx context.Context, obj client.Object) error {
 		sent = target
 		return nil
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
 	if err != nil {
-		return fmt.Errorf("patching the status of %s: %w", client.ObjectKeyFromObject(obj), err)
+		return err
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(sent.Object, obj); err != nil {
 		return fmt.Errorf("reading back the status of %s: %w", client.ObjectKeyFromObject(obj), err)
 	}
-	// The object as written is the base of a later Patch.
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return err
-	}
-	p.before = statusOf(u)
 	return nil
+}
+
+// statusJSON is the JSON of obj's .status ("null" when it has none): the
+// field tagged json:"status" of a typed object, or .status of an
+// unstructured one.
+func statusJSON(obj client.Object) ([]byte, error) {
+	if u, ok := obj.(runtime.Unstructured); ok {
+		b, err := json.Marshal(u.UnstructuredContent()["status"])
+		if err != nil {
+			return nil, fmt.Errorf("reading the status of %T: %w", obj, err)
+		}
+		return b, nil
+	}
+	v := reflect.ValueOf(obj)
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, fmt.Errorf("reading the status of %T: nil object", obj)
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("reading the status of %T: not a struct", obj)
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "status" {
+			continue
+		}
+		b, err := json.Marshal(v.Field(i).Interface())
+		if err != nil {
+			return nil, fmt.Errorf("reading the status of %T: %w", obj, err)
+		}
+		return b, nil
+	}
+	return []byte("null"), nil
+}
+
+// mergePatch is a JSON merge patch (RFC 7386) from the status before to
+// the status after, or nil when they are equal. Top-level fields are
+// compared as encoded: an unchanged field, however large (an inventory),
+// is neither decoded nor sent; a changed object is diffed, anything else
+// sent whole.
+func mergePatch(before, after []byte) (json.RawMessage, error) {
+	var b, a map[string]json.RawMessage
+	if err := json.Unmarshal(before, &b); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(after, &a); err != nil {
+		return nil, err
+	}
+	out := map[string]json.RawMessage{}
+	for k, av := range a {
+		bv, ok := b[k]
+		switch {
+		case ok && bytes.Equal(bv, av):
+		case ok && isObject(bv) && isObject(av):
+			sub, err := jsonpatch.CreateMergePatch(bv, av)
+			if err != nil {
+				return nil, err
+			}
+			if string(sub) != "{}" {
+				out[k] = sub
+			}
+		default:
+			out[k] = av
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out[k] = json.RawMessage("null")
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(out)
+}
+
+func isObject(v json.RawMessage) bool {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	return len(v) > 0 && v[0] == '{'
 }
 
 // statusChange is what one reconcile changed in a status: a JSON merge

@@ -28,8 +28,10 @@ func TestUnchangedInstanceWritesNoStatus(t *testing.T) {
 	writes, reconciles := env.UnchangedReconciles(t, g, sqlinstance.PostgresControllerName, "postgresinstances", inst, 3)
 	t.Logf("PostgresInstance at rest: %.0f status writes in %.0f reconciles", writes, reconciles)
 	g.Expect(reconciles).To(BeNumerically(">=", 3))
-	g.Expect(writes).To(BeZero(), "status writes for an unchanged instance")
+	// Exact for this object (the API server's count is for the whole
+	// resource, and objects of earlier tests may still be written): its
+	// resourceVersion is the one the last annotation patch returned.
 	rv := inst.GetResourceVersion()
 	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(inst), inst)).To(Succeed())
-	g.Expect(inst.GetResourceVersion()).To(Equal(rv), "the instance was written after the last annotation")
+	g.Expect(inst.GetResourceVersion()).To(Equal(rv), "the instance was written after the last annotation (%.0f status writes of the resource in the window)", writes)
 }

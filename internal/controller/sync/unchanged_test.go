@@ -25,8 +25,10 @@ func TestUnchangedSyncWritesNoStatus(t *testing.T) {
 	writes, reconciles := env.UnchangedReconciles(t, g, syncctrl.ControllerName, "syncs", sy, 3)
 	t.Logf("Sync at rest: %.0f status writes in %.0f reconciles", writes, reconciles)
 	g.Expect(reconciles).To(BeNumerically(">=", 3))
-	g.Expect(writes).To(BeZero(), "status writes for an unchanged Sync")
+	// Exact for this object (the API server's count is for the whole
+	// resource, and objects of earlier tests may still be written): its
+	// resourceVersion is the one the last annotation patch returned.
 	rv := sy.ResourceVersion
 	g.Expect(env.Client.Get(t.Context(), client.ObjectKeyFromObject(sy), sy)).To(Succeed())
-	g.Expect(sy.ResourceVersion).To(Equal(rv), "the Sync was written after the last annotation")
+	g.Expect(sy.ResourceVersion).To(Equal(rv), "the Sync was written after the last annotation (%.0f status writes of the resource in the window)", writes)
 }
