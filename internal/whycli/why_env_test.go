@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -587,6 +588,12 @@ spec:
   selector: {matchLabels: {app: nobody}}
 `, node, node))
 	g.Expect(env.Client.Delete(t.Context(), m)).To(Succeed())
+	// The drain really is refused: the controller says so.
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, m)).To(Succeed())
+		conds, _, _ := unstructured.NestedSlice(m.Object, "status", "conditions")
+		g.Expect(fmt.Sprint(conds)).To(ContainSubstring("a PodDisruptionBudget refuses the eviction of " + ns + "/guarded"))
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
 
 	var out string
 	testenv.Eventually(g, func(g Gomega) {
