@@ -91,6 +91,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	addMachineFlags(f, &o.Manager.Machines)
 	addBMCFlags(f, &o.Manager.BMC)
 	addPKIFlags(f, &o.Manager, "127.0.0.1:8089")
+	f.StringVar(&o.UIAddress, "ui-address", "127.0.0.1:0", "serve the live graph of namespace "+up.UINamespace+" (what `converge ui` serves) here, on loopback; port 0 picks a free one; '0' disables")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
 	// One user, the admin of the local control plane: Syncs without a
 	// service account act as the manager unless asked otherwise.

@@ -289,7 +289,11 @@ func (w *walk) node(ctx context.Context, r Ref) *Node {
 		return n
 	}
 	n.obj = u
-	n.Status, n.Reason, n.Message = statusOf(u)
+	if st, reason, msg, ok := pdbStatus(u); ok {
+		n.Status, n.Reason, n.Message = st, reason, msg
+	} else {
+		n.Status, n.Reason, n.Message = statusOf(u)
+	}
 	n.Events = w.events(ctx, u)
 	return n
 }
@@ -395,6 +399,9 @@ func (w *walk) below(ctx context.Context, n *Node) []Link {
 	var out []Link
 	if k.Links != nil {
 		out = append(out, k.Links(n.obj)...)
+	}
+	if k.GVK.Group == "machine.converge.dev" || k.GVK.Group == "upgrade.converge.dev" {
+		out = append(out, w.blockers(ctx, n)...)
 	}
 	for _, rv := range k.Serves {
 		items := w.list(ctx, rv.Kind, n.Ref.Namespace)
@@ -511,7 +518,8 @@ type Cause struct {
 // RootCause is the deepest object below the root, on a path of objects
 // that are not Current, that is not Current while everything it applies,
 // owns and needs is: the path to it, or nil when the root and everything
-// below it is Current. Needs are followed before applies and owns.
+// below it is Current. What blocks an object (a PodDisruptionBudget
+// refusing its drain) is followed first, then needs, applies and owns.
 //
 // An object that is not Current while everything directly below it is may
 // still wait on something further down a "needs" path through Current
@@ -542,7 +550,7 @@ type causeWalk struct{ seen map[*Node]bool }
 // objects on needs edges (through).
 func (w causeWalk) find(n *Node) []Edge {
 	w.seen[n] = true
-	for _, rel := range []Relation{Needs, Applies, Owns} {
+	for _, rel := range []Relation{BlockedBy, Needs, Applies, Owns} {
 		for _, e := range n.Edges {
 			if e.Why != rel || w.seen[e.Node] || e.Node.Status == Current {
 				continue
@@ -569,7 +577,7 @@ func (w causeWalk) find(n *Node) []Edge {
 func (w causeWalk) through(n *Node) []Edge {
 	w.seen[n] = true
 	for _, e := range n.Edges {
-		if e.Why != Needs || w.seen[e.Node] {
+		if (e.Why != Needs && e.Why != BlockedBy) || w.seen[e.Node] {
 			continue
 		}
 		if e.Node.Status != Current {

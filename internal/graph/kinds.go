@@ -11,7 +11,9 @@ import (
 // Relation says why an edge exists, read from the upper object to the lower
 // one: a Sync Applies what its inventory lists, an owner Owns what names it
 // in its ownerReferences, and an object Needs what its spec or status
-// refers to (its source, instance, issuer, Secrets, Machines...).
+// refers to (its source, instance, issuer, Secrets, Machines...). An object
+// is BlockedBy what holds it from outside its references: a Machine whose
+// drain a PodDisruptionBudget refuses.
 type Relation string
 
 // The relations of the graph.
@@ -19,6 +21,8 @@ const (
 	Applies Relation = "applies"
 	Owns    Relation = "owns"
 	Needs   Relation = "needs"
+	// BlockedBy is read from the held object to what holds it.
+	BlockedBy Relation = "blocked by"
 )
 
 // Inverse is the relation read from the lower object: "applied by",
@@ -29,6 +33,8 @@ func (r Relation) Inverse() string {
 		return "applied by"
 	case Owns:
 		return "owned by"
+	case BlockedBy:
+		return "blocks"
 	default:
 		return "needed by"
 	}
@@ -303,6 +309,10 @@ var Kinds = []Kind{
 			return fmt.Sprintf("kubectl -n %s get secret %s -o yaml", n.Ref.Namespace, n.Ref.Name)
 		}},
 	{GVK: podGVK, Aliases: []string{"pods", "po"}},
+	{GVK: pdbGVK, Aliases: []string{"poddisruptionbudgets", "pdb"},
+		Next: func(n *Node) string {
+			return fmt.Sprintf("make room for a disruption: scale up the Pods it selects, or lower its minAvailable / raise its maxUnavailable (kubectl -n %s edit poddisruptionbudget %s); the drain retries by itself", n.Ref.Namespace, n.Ref.Name)
+		}},
 	{GVK: nodeGVK, Aliases: []string{"nodes", "no"}},
 }
 

@@ -52,6 +52,10 @@ type Options struct {
 	// loopback addresses reach Services from this machine without root.
 	// Empty: no local load balancer.
 	LBPool string
+	// UIAddress is where the live graph (`converge ui`'s page, for
+	// namespace UINamespace) is served, on loopback; port 0 picks a free
+	// one. Empty or "0": not served.
+	UIAddress string
 }
 
 // Platform is a running local platform.
@@ -62,9 +66,13 @@ type Platform struct {
 	Converge *setup.Converge
 	// StartupTime is how long it took to become ready.
 	StartupTime time.Duration
+	// UIURL is the live graph's address, token included; empty when not
+	// served.
+	UIURL string
 
 	stopManager context.CancelFunc
 	stopLB      func()
+	stopUI      func()
 	mgrDone     chan error
 	mgrErr      error
 	mgrStopped  bool
@@ -120,7 +128,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Platform{ControlPlane: cp, step: step, stopManager: func() {}, stopLB: func() {}}
+	p := &Platform{ControlPlane: cp, step: step, stopManager: func() {}, stopLB: func() {}, stopUI: func() {}}
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, p.Stop())
@@ -183,6 +191,11 @@ func Start(ctx context.Context, o Options) (_ *Platform, retErr error) {
 		}
 		step("load balancer: userspace, pool %s", o.LBPool)
 	}
+	if o.UIAddress != "" && o.UIAddress != "0" {
+		if err := p.startUI(ctx, cfg, o.UIAddress); err != nil {
+			return nil, err
+		}
+	}
 	p.StartupTime = time.Since(t0)
 	return p, nil
 }
@@ -214,6 +227,7 @@ func (p *Platform) StopManager() error {
 // Stop stops the load balancer's agent and the manager, then every
 // component.
 func (p *Platform) Stop() error {
+	p.stopUI()
 	p.stopLB()
 	mgrErr := p.StopManager()
 	if mgrErr != nil {
@@ -292,6 +306,9 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 		_, _ = fmt.Fprintf(out, "  %-24s http://%s/hook/gitrepository/<namespace>/<name>\n", "push webhooks", o.Manager.Receiver.BindAddress)
 	}
 	_, _ = fmt.Fprintf(out, "  %-24s %s (data in %s)\n", "API server", cp.URL(), cp.DataDir())
+	if p.UIURL != "" {
+		_, _ = fmt.Fprintf(out, "  %-24s %s (namespace %s, as the kubeconfig below)\n", "live graph (ui)", p.UIURL, UINamespace)
+	}
 	kubectl := "kubectl"
 	if _, err := os.Stat(filepath.Join(o.ControlPlane.BinDir, "kubectl")); err == nil {
 		kubectl = filepath.Join(o.ControlPlane.BinDir, "kubectl")
@@ -310,10 +327,14 @@ func printSummary(out io.Writer, p *Platform, o Options) {
 			}
 		}
 	}
+	uiHint := "(the same graph, live in a browser)"
+	if p.UIURL != "" {
+		uiHint = "(another namespace or one object, live in a browser)"
+	}
 	_, _ = fmt.Fprintf(out, "\nUse it from another terminal:\n  export KUBECONFIG=%s\n  %s get nodes\n  %s create deployment web --image=nginx --replicas=3\n"+
-		"\nWhy is something not ready?\n  %s -n NAMESPACE why KIND/NAME\n  %s -n NAMESPACE ui [KIND/NAME]   (the same graph, live in a browser)\n"+
+		"\nWhy is something not ready?\n  %s -n NAMESPACE why KIND/NAME\n  %s -n NAMESPACE ui [KIND/NAME]   %s\n"+
 		"\nStop with Ctrl-C; a later `converge up` keeps every object.\n",
-		kc, kubectl, kubectl, converge, converge)
+		kc, kubectl, kubectl, converge, converge, uiHint)
 }
 
 // checkManagerPorts refuses to start when a port the manager will listen on

@@ -11,11 +11,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -518,3 +521,106 @@ spec: {sourceRef: {name: repo}, prune: false, serviceAccountName: deployer}
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestWhyMachineNamesThePDBThatBlocksItsDrain: a Machine being deleted whose
+// Node runs a Pod guarded by a PodDisruptionBudget allowing no disruption.
+// The drain's eviction is really refused (429); why on the Machine names the
+// PodDisruptionBudget (namespace/name) as the root cause, blocked by it,
+// with its message and the next step; once the budget is gone the drain
+// goes on and the Machine is deleted.
+func TestWhyMachineNamesThePDBThatBlocksItsDrain(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: infrastructure.converge.dev/v1alpha1
+kind: KwokMachine
+metadata: {name: held}
+---
+apiVersion: machine.converge.dev/v1alpha1
+kind: Machine
+metadata: {name: held}
+spec:
+  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: held}
+  image: v1
+  version: "1.0"
+`)
+	kc := env.KubeconfigPath
+	m := &unstructured.Unstructured{}
+	m.SetGroupVersionKind(schema.GroupVersionKind{Group: "machine.converge.dev", Version: "v1alpha1", Kind: "Machine"})
+	var node string
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, m)).To(Succeed())
+		node, _, _ = unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+		g.Expect(node).NotTo(BeEmpty())
+		out, code := cv(t, kc, ns, "why", "machine/held")
+		g.Expect(code).To(Equal(0), out)
+	}).Should(Succeed())
+	env.KubectlApply(t, ns, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: guarded, labels: {app: guarded}}
+spec:
+  nodeName: %s
+  tolerations: [{operator: Exists}]
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unguarded, labels: {app: other}}
+spec:
+  nodeName: %s
+  tolerations: [{operator: Exists}]
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guard}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: guarded}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: bystander}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: nobody}}
+`, node, node))
+	g.Expect(env.Client.Delete(t.Context(), m)).To(Succeed())
+	// The drain really is refused: the controller says so.
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, m)).To(Succeed())
+		conds, _, _ := unstructured.NestedSlice(m.Object, "status", "conditions")
+		g.Expect(fmt.Sprint(conds)).To(ContainSubstring("a PodDisruptionBudget refuses the eviction of " + ns + "/guarded"))
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
+
+	var out string
+	testenv.Eventually(g, func(g Gomega) {
+		var code int
+		out, code = cv(t, kc, ns, "why", "machine/held")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(HavePrefix("Machine/held in " + ns + " is Terminating (Draining)"))
+		g.Expect(out).To(MatchRegexp(`└─blocked by PodDisruptionBudget/guard  InProgress \S+`))
+		g.Expect(out).To(ContainSubstring("Root cause: PodDisruptionBudget/guard in " + ns + " is InProgress (NoDisruptionAllowed)"))
+	}).Should(Succeed())
+	t.Logf("converge why machine/held:\n%s", out)
+	g.Expect(out).To(ContainSubstring("allows no disruption (minAvailable 1;"))
+	g.Expect(out).To(ContainSubstring("Next: make room for a disruption: scale up the Pods it selects, or lower its minAvailable / raise its maxUnavailable (kubectl -n " + ns + " edit poddisruptionbudget guard)"))
+	g.Expect(out).NotTo(ContainSubstring("bystander"), "a budget selecting no refused Pod is not a cause")
+
+	tree, code := cv(t, kc, ns, "tree", "machine/held")
+	g.Expect(code).To(Equal(0), tree)
+	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─blocked by PodDisruptionBudget/guard\s+InProgress`))
+
+	// The budget goes: the drain goes on by itself and the Machine is gone.
+	pdb := &unstructured.Unstructured{}
+	pdb.SetGroupVersionKind(schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"})
+	pdb.SetNamespace(ns)
+	pdb.SetName("guard")
+	g.Expect(env.Client.Delete(t.Context(), pdb)).To(Succeed())
+	testenv.Eventually(g, func(g Gomega) {
+		err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, m)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+	}).Should(Succeed())
+}

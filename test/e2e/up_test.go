@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,6 +285,34 @@ func TestUpLifecycle(t *testing.T) {
 		g.Expect(errors.As(err, &exit)).To(BeTrue(), "%s: %v", whyHint[0], err)
 	}
 	g.Expect(string(whyOut)).To(ContainSubstring("Service/lb"))
+
+	// The live graph up serves: its address (with this run's token) is in
+	// the summary; the page lists the namespace's Converge objects and
+	// refuses a request without the token.
+	var uiURL string
+	for _, line := range strings.Split(p.output(), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[0] == "live" && f[1] == "graph" {
+			uiURL = f[3]
+		}
+	}
+	g.Expect(uiURL).To(MatchRegexp(`^http://127\.0\.0\.1:\d+/\?token=[0-9a-f]{48}$`), "up prints the live graph's address:\n%s", p.output())
+	issuer := filepath.Join(t.TempDir(), "issuer.yaml")
+	g.Expect(os.WriteFile(issuer, []byte("apiVersion: pki.converge.dev/v1alpha1\nkind: Issuer\nmetadata:\n  name: self\n  namespace: default\nspec:\n  selfSigned: {}\n"), 0o600)).To(Succeed())
+	out, err = e.kubectl(t, "apply", "-f", issuer)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Eventually(func() string {
+		resp, err := http.Get(uiURL) //nolint:noctx // a test request on loopback
+		if err != nil {
+			return err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}).WithTimeout(10*time.Second).Should(And(HavePrefix("200 "), ContainSubstring(`data-kind="Issuer" data-name="self"`)), "the page shows the new object")
+	resp, err := http.Get(strings.Split(uiURL, "?")[0]) //nolint:noctx // a test request on loopback
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusForbidden), "no token, no page")
 
 	out, err = e.kubectl(t, "create", "configmap", "survivor", "--from-literal=k=v")
 	g.Expect(err).NotTo(HaveOccurred(), out)
