@@ -39,10 +39,15 @@ var (
 // one kwok node (a KwokMachine's Node becomes Ready); the verbs are run
 // through the built binary, as a person runs them.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Nodes: 1, Manager: func(o *setup.Options) {
+	code := testenv.Main(m, testenv.Options{Nodes: 1, Manager: func(o *setup.Options) {
 		o.Controllers = []string{"postgresinstance", "database", "issuer", "clusterissuer", "certificate", "certificaterequest",
 			"basicdeployment", "basicreplicaset", "machine", "kwokmachine", "machinebmc", "machineupgrade"}
-	}}, &env))
+	}}, &env)
+	if converge != "" {
+		// The built binary (~150 MB) goes with the run that built it.
+		_ = os.RemoveAll(filepath.Dir(converge))
+	}
+	os.Exit(code)
 }
 
 // binary builds converge once per run.
