@@ -424,6 +424,25 @@ func (w *walk) below(ctx context.Context, n *Node) []Link {
 	return out
 }
 
+// inventoryLists reports whether the Sync sync lists r in its inventory.
+// The Sync labels on an object are anyone's to write (a tenant can set
+// another namespace's Sync on its own object), so they only say which Sync
+// to ask: the link is kept when that Sync, read with the caller's
+// identity, owns r by its inventory, never on the labels alone.
+func (w *walk) inventoryLists(ctx context.Context, sync, r Ref) bool {
+	s, _ := w.get(ctx, sync)
+	if s.obj == nil {
+		return false
+	}
+	want := w.canon(ctx, r).key()
+	for _, l := range syncLinks(s.obj) {
+		if l.Why == Applies && w.canon(ctx, l.To).key() == want {
+			return true
+		}
+	}
+	return false
+}
+
 // above are the links up from n: its owners, the Sync that applied it, and
 // the objects of its namespace whose references name it.
 func (w *walk) above(ctx context.Context, n *Node) []Link {
@@ -435,7 +454,10 @@ func (w *walk) above(ctx context.Context, n *Node) []Link {
 		}
 		l := n.obj.GetLabels()
 		if name, ns := l["gitops.converge.dev/sync-name"], l["gitops.converge.dev/sync-namespace"]; name != "" && ns != "" {
-			out = append(out, Link{Applies, Ref{Group: "gitops.converge.dev", Version: "v1alpha1", Kind: "Sync", Namespace: ns, Name: name}})
+			sync := Ref{Group: "gitops.converge.dev", Version: "v1alpha1", Kind: "Sync", Namespace: ns, Name: name}
+			if w.inventoryLists(ctx, sync, n.Ref) {
+				out = append(out, Link{Applies, sync})
+			}
 		}
 	}
 	if n.Ref.Namespace == "" {

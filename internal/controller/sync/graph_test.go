@@ -20,7 +20,8 @@ import (
 // `converge tree sync/NAME` prints) lists exactly those objects, each
 // "applies" from the Sync and Current, and the graph above one of them
 // finds the Sync ("applied by"). An object of the repository outside the
-// path, and one created by hand, are not in it.
+// path, and one created by hand (even one carrying the Sync's labels), are
+// not in it, and the graph above the hand-made one finds no Sync.
 func TestTreeListsWhatTheSyncApplied(t *testing.T) {
 	testenv.Need(t, env)
 	t.Parallel()
@@ -34,7 +35,10 @@ func TestTreeListsWhatTheSyncApplied(t *testing.T) {
 	g.Expect(env.Client.Create(t.Context(), newSync(ns, "app", "app", "deploy", true))).To(Succeed())
 	s := waitApplied(t, g, ns, "app", h1)
 	g.Expect(inventoryNames(s)).To(ConsistOf("ConfigMap/a", "ConfigMap/b", "Secret/s"))
-	g.Expect(env.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-hand"}})).To(Succeed())
+	// Made by hand, with the Sync's labels forged on it: the labels are
+	// anyone's to write, and the Sync's inventory does not list it.
+	g.Expect(env.Client.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "by-hand",
+		Labels: map[string]string{"gitops.converge.dev/sync-name": "app", "gitops.converge.dev/sync-namespace": ns}}})).To(Succeed())
 
 	c, err := client.New(env.Config, client.Options{Scheme: setup.Scheme()})
 	g.Expect(err).NotTo(HaveOccurred())
