@@ -199,6 +199,13 @@ type DatabaseStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	RestoredFrom string `json:"restoredFrom,omitempty"`
 
+	// lastHandledReconcileAt is the last value of the
+	// converge.dev/reconcile-requested-at annotation acted on: a requested
+	// observation leaves this mark even when it found nothing to change.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+
 	// observedGeneration is the generation last fully reconciled.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

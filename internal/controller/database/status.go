@@ -78,6 +78,13 @@ func computeStatus(s *scope) {
 	if s.engine != "" {
 		st.Engine = s.engine
 	}
+	// A requested reconcile is marked as handled (as Flux's
+	// status.lastHandledReconcileAt): it is the one status change an
+	// observation that found nothing new still writes, so whoever asked
+	// (converge reconcile, a script) can tell it ran.
+	if v, ok := reconcile.RequestedAt(s.d); ok {
+		st.LastHandledReconcileAt = v
+	}
 	if s.atProvider != nil {
 		// An observation that found what the last one did keeps its
 		// observedTime: a Database at rest is not written at all.

@@ -62,7 +62,7 @@ func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result,
 		s.suspended = true
 		return ctrl.Result{}, nil
 	}
-	if v, ok := repo.Annotations[gitopsv1alpha1.ReconcileRequestAnnotation]; ok {
+	if v, ok := creconcile.RequestedAt(repo); ok {
 		repo.Status.LastHandledReconcileAt = v
 	}
 	interval := durationOr(spec.Interval, gitopsspec.DefaultGitRepoInterval)

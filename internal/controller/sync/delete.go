@@ -27,7 +27,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	if !controllerutil.ContainsFinalizer(sy, gitopsv1alpha1.SyncFinalizer) {
 		// Done; another finalizer holds the object. A requested reconcile
 		// is handled: there is nothing left to do.
-		if v, ok := sy.Annotations[gitopsv1alpha1.ReconcileRequestAnnotation]; ok {
+		if v, ok := creconcile.RequestedAt(sy); ok {
 			sy.Status.LastHandledReconcileAt = v
 		}
 		return ctrl.Result{}, nil

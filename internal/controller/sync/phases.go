@@ -113,7 +113,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		s.fail(gitopsv1alpha1.InvalidSpecReason, true, "%s", errs.ToAggregate().Error())
 		return ctrl.Result{}, reconcile.TerminalError(errs.ToAggregate())
 	}
-	if v, ok := sy.Annotations[gitopsv1alpha1.ReconcileRequestAnnotation]; ok {
+	if v, ok := creconcile.RequestedAt(sy); ok {
 		sy.Status.LastHandledReconcileAt = v
 	}
 	if sy.Spec.Suspend {
