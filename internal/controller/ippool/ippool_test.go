@@ -267,7 +267,7 @@ func TestTwoHundredRacingNeverShare(t *testing.T) {
 			}
 		}
 		g.Expect(ready).To(Equal(n))
-	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+	}).WithTimeout(5 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed()) // a window, not a speed: 141 s at load 14, 188 of 200 at 181 s beside make bench
 
 	p := getPool(ctx, g, ns, "lan")
 	g.Expect(p.Status.IPv4.Allocated).To(HaveLen(n))
