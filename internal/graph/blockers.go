@@ -102,16 +102,13 @@ func (w *walk) blockers(ctx context.Context, n *Node) []Link {
 // pdbStatus reads a PodDisruptionBudget: InProgress while it allows no
 // disruption (it refuses every eviction then), with its numbers, Current
 // otherwise.
-func pdbStatus(u *unstructured.Unstructured) (Status, string, string, bool) {
-	if u.GroupVersionKind().GroupKind() != pdbGVK.GroupKind() {
-		return "", "", "", false
-	}
+func pdbStatus(u *unstructured.Unstructured) (Status, string, string) {
 	pdb := &policyv1.PodDisruptionBudget{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pdb); err != nil {
-		return Unknown, "", fmt.Sprintf("reading the PodDisruptionBudget: %v", err), true
+		return Unknown, "", fmt.Sprintf("reading the PodDisruptionBudget: %v", err)
 	}
 	if pdb.Status.DisruptionsAllowed > 0 && pdb.Status.ObservedGeneration >= pdb.Generation {
-		return Current, "", fmt.Sprintf("allows %d disruption(s)", pdb.Status.DisruptionsAllowed), true
+		return Current, "", fmt.Sprintf("allows %d disruption(s)", pdb.Status.DisruptionsAllowed)
 	}
 	budget := "maxUnavailable " + intOrString(pdb.Spec.MaxUnavailable)
 	if pdb.Spec.MinAvailable != nil {
@@ -124,7 +121,7 @@ func pdbStatus(u *unstructured.Unstructured) (Status, string, string, bool) {
 		}
 	}
 	return InProgress, reason, fmt.Sprintf("allows no disruption (%s; %d of %d Pods healthy, %d desired): it refuses every eviction of the Pods it selects",
-		budget, pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods, pdb.Status.DesiredHealthy), true
+		budget, pdb.Status.CurrentHealthy, pdb.Status.ExpectedPods, pdb.Status.DesiredHealthy)
 }
 
 func intOrString(v *intstr.IntOrString) string {

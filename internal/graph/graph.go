@@ -289,8 +289,8 @@ func (w *walk) node(ctx context.Context, r Ref) *Node {
 		return n
 	}
 	n.obj = u
-	if st, reason, msg, ok := pdbStatus(u); ok {
-		n.Status, n.Reason, n.Message = st, reason, msg
+	if k := lookup(r.Group, r.Kind); k != nil && k.Status != nil {
+		n.Status, n.Reason, n.Message = k.Status(u)
 	} else {
 		n.Status, n.Reason, n.Message = statusOf(u)
 	}
@@ -400,7 +400,7 @@ func (w *walk) below(ctx context.Context, n *Node) []Link {
 	if k.Links != nil {
 		out = append(out, k.Links(n.obj)...)
 	}
-	if k.GVK.Group == "machine.converge.dev" || k.GVK.Group == "upgrade.converge.dev" {
+	if k.Drains {
 		out = append(out, w.blockers(ctx, n)...)
 	}
 	for _, rv := range k.Serves {

@@ -72,6 +72,13 @@ type Kind struct {
 	// Next is the command for a person when this object is the root cause;
 	// nil uses a generic hint.
 	Next func(n *Node) string
+	// Status reads an object whose kind kstatus does not read right; nil
+	// uses kstatus.
+	Status func(u *unstructured.Unstructured) (Status, string, string)
+	// Drains: the kind's conditions name the Pods whose eviction a
+	// PodDisruptionBudget refuses (a Machine being deleted, an upgrade
+	// draining one); the graph links it to those budgets (BlockedBy).
+	Drains bool
 }
 
 func gvk(group, kind string) schema.GroupVersionKind {
@@ -278,7 +285,7 @@ var Kinds = []Kind{
 	{GVK: gvk("pki.converge.dev", "CertificateRequest"), Aliases: []string{"certificaterequests", "cr"}, Links: issuerRef},
 	{GVK: gvk("pki.converge.dev", "Issuer"), Aliases: []string{"issuers"}, Links: issuerLinks},
 	{GVK: gvk("pki.converge.dev", "ClusterIssuer"), Aliases: []string{"clusterissuers"}, Links: issuerLinks},
-	{GVK: gvk("machine.converge.dev", "Machine"), Aliases: []string{"machines"}, Links: machineLinks,
+	{GVK: gvk("machine.converge.dev", "Machine"), Aliases: []string{"machines"}, Links: machineLinks, Drains: true,
 		Serves: []Reverse{{Kind: gvk("bmc.converge.dev", "MachineBMC"), Target: func(u *unstructured.Unstructured) string {
 			return str(u, "spec", "machineRef", "name")
 		}}}},
@@ -286,7 +293,7 @@ var Kinds = []Kind{
 		Links: func(u *unstructured.Unstructured) []Link { return secretAt(u, "spec", "authSecretRef", "name") }},
 	{GVK: gvk("infrastructure.converge.dev", "QemuMachine"), Aliases: []string{"qemumachines"}},
 	{GVK: gvk("infrastructure.converge.dev", "KwokMachine"), Aliases: []string{"kwokmachines"}},
-	{GVK: gvk("upgrade.converge.dev", "MachineUpgrade"), Aliases: []string{"machineupgrades", "upgrade"}, Links: upgradeLinks,
+	{GVK: gvk("upgrade.converge.dev", "MachineUpgrade"), Aliases: []string{"machineupgrades", "upgrade"}, Links: upgradeLinks, Drains: true,
 		Next: func(n *Node) string {
 			if n.Status == Failed {
 				return hint("converge upgrade retry %s -n %s", "NAME", "NS")(n)
@@ -309,7 +316,7 @@ var Kinds = []Kind{
 			return fmt.Sprintf("kubectl -n %s get secret %s -o yaml", n.Ref.Namespace, n.Ref.Name)
 		}},
 	{GVK: podGVK, Aliases: []string{"pods", "po"}},
-	{GVK: pdbGVK, Aliases: []string{"poddisruptionbudgets", "pdb"},
+	{GVK: pdbGVK, Aliases: []string{"poddisruptionbudgets", "pdb"}, Status: pdbStatus,
 		Next: func(n *Node) string {
 			return fmt.Sprintf("make room for a disruption: scale up the Pods it selects, or lower its minAvailable / raise its maxUnavailable (kubectl -n %s edit poddisruptionbudget %s); the drain retries by itself", n.Ref.Namespace, n.Ref.Name)
 		}},
