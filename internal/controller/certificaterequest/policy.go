@@ -48,11 +48,7 @@ func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIss
 			return fmt.Sprintf("ClusterIssuer %q spec.policy.namespaceSelector does not select namespace %s; ask the cluster admin, or use an Issuer of this namespace", ci.Name, ns), nil
 		}
 	}
-	names := csr.DNSNames
-	if cn := csr.Subject.CommonName; strings.Contains(cn, ".") {
-		names = append(append([]string(nil), names...), cn)
-	}
-	for _, name := range names {
+	for _, name := range dnsNamesOf(csr) {
 		if why := dnsNameRefused(ci, p, ns, r.ClusterResourceNamespace, name); why != "" {
 			return why, nil
 		}
@@ -67,12 +63,10 @@ func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIss
 
 // dnsNameRefused applies the policy (or its default) to one name.
 func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolicy, ns, clusterNS, name string) string {
-	n := strings.ToLower(strings.TrimSuffix(name, "."))
+	n := normalName(name)
 	if p != nil && len(p.AllowedDNSNames) > 0 {
-		for _, pat := range p.AllowedDNSNames {
-			if matchPattern(pat, ns, n) {
-				return ""
-			}
+		if matchesAny(p.AllowedDNSNames, ns, n) {
+			return ""
 		}
 		return fmt.Sprintf("DNS name %q matches none of ClusterIssuer %q spec.policy.allowedDNSNames %s (for namespace %s); ask the cluster admin, or use an Issuer of this namespace",
 			name, ci.Name, quoteList(p.AllowedDNSNames, 8), ns)
@@ -97,13 +91,8 @@ func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerP
 // which namespace it belongs to.
 func namespacedACMERefused(patterns []string, issuer, ns string, csr *x509.CertificateRequest) string {
 	const hint = "; ask the cluster admin, or use a ClusterIssuer whose spec.policy allows it"
-	names := csr.DNSNames
-	if cn := csr.Subject.CommonName; strings.Contains(cn, ".") {
-		names = append(append([]string(nil), names...), cn)
-	}
-	for _, name := range names {
-		n := strings.ToLower(strings.TrimSuffix(name, "."))
-		if !slices.ContainsFunc(patterns, func(p string) bool { return matchPattern(p, ns, n) }) {
+	for _, name := range dnsNamesOf(csr) {
+		if !matchesAny(patterns, ns, normalName(name)) {
 			if len(patterns) == 0 {
 				return fmt.Sprintf("DNS name %q: Issuer %q is a namespaced ACME issuer, and --acme-namespaced-dns-names is empty, so namespaced ACME issuers order no name%s", name, issuer, hint)
 			}
@@ -115,6 +104,25 @@ func namespacedACMERefused(patterns []string, issuer, ns string, csr *x509.Certi
 		return fmt.Sprintf("IP address %q: Issuer %q is a namespaced ACME issuer, and those order DNS names only (--acme-namespaced-dns-names)%s", csr.IPAddresses[0].String(), issuer, hint)
 	}
 	return ""
+}
+
+// dnsNamesOf are the DNS names a request asks for: its DNS SANs and a
+// common name that looks like one (has a dot).
+func dnsNamesOf(csr *x509.CertificateRequest) []string {
+	names := csr.DNSNames
+	if cn := csr.Subject.CommonName; strings.Contains(cn, ".") {
+		names = append(append([]string(nil), names...), cn)
+	}
+	return names
+}
+
+// normalName is name as patterns match it: lower case, no trailing dot.
+func normalName(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
+
+// matchesAny reports whether the normal name n matches one of patterns for
+// namespace ns.
+func matchesAny(patterns []string, ns, n string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return matchPattern(p, ns, n) })
 }
 
 // otherInternalNamespace returns a namespace other than ns that a
