@@ -2,44 +2,18 @@ package bmc_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 	webhookbmc "github.com/converge-dev/converge/internal/webhook/bmc"
 )
-
-// unreachable is a real client whose API server is gone: every request
-// fails with "connection refused".
-func unreachable(t *testing.T) client.Client {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := "http://" + l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s := runtime.NewScheme()
-	if err := authorizationv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(&rest.Config{Host: host}, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // asAlice is a context carrying the admission request of user alice.
 func asAlice() context.Context {
@@ -62,7 +36,7 @@ func TestExposureFailsClosed(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring("spec.service.type: Internal error")), "%s", typ)
 		g.Expect(err).To(MatchError(ContainSubstring("no admission request to check the requester's rights")), "%s", typ)
 
-		_, err = webhookbmc.MachineBMC{Client: unreachable(t)}.ValidateCreate(asAlice(), b)
+		_, err = webhookbmc.MachineBMC{Client: testenv.UnreachableClient(t, authorizationv1.AddToScheme)}.ValidateCreate(asAlice(), b)
 		g.Expect(err).To(MatchError(ContainSubstring("spec.service.type: Internal error")), "%s", typ)
 		g.Expect(err).To(MatchError(ContainSubstring("checking whether alice may create Services in ns")), "%s", typ)
 		g.Expect(err).To(MatchError(ContainSubstring("connection refused")), "%s", typ)

@@ -3,20 +3,17 @@ package upgrade_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	upgradev1alpha1 "github.com/converge-dev/converge/api/upgrade/v1alpha1"
+	"github.com/converge-dev/converge/internal/testenv"
 	webhookupgrade "github.com/converge-dev/converge/internal/webhook/upgrade"
 )
 
@@ -33,28 +30,6 @@ func machines(pool string, n int) []machinev1alpha1.Machine {
 		out = append(out, machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("%s-%d", pool, i), Labels: map[string]string{"pool": pool}}})
 	}
 	return out
-}
-
-// unreachable is a real client whose API server is gone: every request
-// fails to connect.
-func unreachable(t *testing.T) client.Reader {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := "http://" + l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s := runtime.NewScheme()
-	if err := upgradev1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(&rest.Config{Host: host}, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // TestValidateSpec: the selector must parse and select something, and
@@ -191,7 +166,7 @@ func TestOverlapNamesFiveMachines(t *testing.T) {
 // admitted.
 func TestOverlapListFails(t *testing.T) {
 	g := NewWithT(t)
-	_, err := webhookupgrade.MachineUpgrade{Reader: unreachable(t)}.ValidateCreate(context.Background(), upgrade("u", "a"))
+	_, err := webhookupgrade.MachineUpgrade{Reader: testenv.UnreachableClient(t, upgradev1alpha1.AddToScheme)}.ValidateCreate(context.Background(), upgrade("u", "a"))
 	g.Expect(err).To(MatchError(ContainSubstring("checking for overlapping MachineUpgrades: ")))
 	g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
 }
