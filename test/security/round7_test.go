@@ -15,6 +15,7 @@ import (
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/pki"
+	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
@@ -45,21 +46,33 @@ func clusterCA(t *testing.T, g Gomega, name string, policy *pkiv1alpha1.ClusterI
 // and waits for its outcome (Ready no longer Pending).
 func askClusterIssuer(t *testing.T, g Gomega, tn *tenant, ci *pkiv1alpha1.ClusterIssuer, name string, spec pkiv1alpha1.CertificateSpec) *pkiv1alpha1.CertificateRequest {
 	t.Helper()
+	return askFor(t, g, tn, pkiv1alpha1.IssuerReference{Kind: "ClusterIssuer", Name: ci.Name}, "", name, spec, 30*time.Second)
+}
+
+// askFor creates, as tn, a CertificateRequest of issuer for spec's names
+// (labelled for shard when not empty), and waits up to timeout for its
+// outcome (Ready no longer Pending).
+func askFor(t *testing.T, g Gomega, tn *tenant, issuer pkiv1alpha1.IssuerReference, shard, name string, spec pkiv1alpha1.CertificateSpec, timeout time.Duration) *pkiv1alpha1.CertificateRequest {
+	t.Helper()
 	ctx := t.Context()
 	key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
 	g.Expect(err).NotTo(HaveOccurred())
 	csr, err := pki.BuildCSR(&spec, key)
 	g.Expect(err).NotTo(HaveOccurred())
 	cr := &pkiv1alpha1.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
-		Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr,
-			IssuerRef: pkiv1alpha1.IssuerReference{Kind: "ClusterIssuer", Name: ci.Name}}}
+		Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: issuer}}
+	if shard != "" {
+		cr.Labels = map[string]string{setup.ShardLabel: shard}
+	}
 	g.Expect(tn.Client.Create(ctx, cr)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(tn.Client.Get(ctx, client.ObjectKeyFromObject(cr), cr)).To(Succeed())
 		c := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).NotTo(Equal(pkiv1alpha1.PendingReason), c.Message)
-	}).WithTimeout(30 * time.Second).Should(Succeed())
+	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
+	c := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
+	t.Logf("request %s for %v %v %q: Ready %s %s", name, spec.DNSNames, spec.IPAddresses, spec.CommonName, c.Reason, c.Message)
 	return cr
 }
 

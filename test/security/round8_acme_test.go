@@ -11,13 +11,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	"github.com/converge-dev/converge/internal/acme/pebbletest"
-	"github.com/converge-dev/converge/internal/pki"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -46,26 +44,7 @@ func startPebble(t *testing.T, httpPort int) *pebbletest.Pebble {
 // outcome (Ready no longer Pending).
 func askIssuer(t *testing.T, g Gomega, tn *tenant, issuer, shard, name string, spec pkiv1alpha1.CertificateSpec) *pkiv1alpha1.CertificateRequest {
 	t.Helper()
-	ctx := t.Context()
-	key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
-	g.Expect(err).NotTo(HaveOccurred())
-	csr, err := pki.BuildCSR(&spec, key)
-	g.Expect(err).NotTo(HaveOccurred())
-	cr := &pkiv1alpha1.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
-		Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: pkiv1alpha1.IssuerReference{Kind: "Issuer", Name: issuer}}}
-	if shard != "" {
-		cr.Labels = map[string]string{setup.ShardLabel: shard}
-	}
-	g.Expect(tn.Client.Create(ctx, cr)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(tn.Client.Get(ctx, client.ObjectKeyFromObject(cr), cr)).To(Succeed())
-		c := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).NotTo(Equal(pkiv1alpha1.PendingReason), c.Message)
-	}).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
-	c := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
-	t.Logf("request %s for %v %v %q: Ready %s %s", name, spec.DNSNames, spec.IPAddresses, spec.CommonName, c.Reason, c.Message)
-	return cr
+	return askFor(t, g, tn, pkiv1alpha1.IssuerReference{Kind: "Issuer", Name: issuer}, shard, name, spec, 90*time.Second)
 }
 
 // TestNamespacedACMEOrdersOnlyAllowedNames: every ACME order's HTTP-01
