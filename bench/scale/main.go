@@ -55,6 +55,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -375,17 +376,19 @@ func memory(mgr *managerproc.Manager, profile string) (mem, error) {
 
 // poll calls done every 200 ms until it says true.
 func poll(ctx context.Context, done func() (bool, error)) error {
-	for {
-		ok, err := done()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) { return done() })
+}
+
+// readyCount is how many of n objects have Ready=True, conds(i) being the
+// conditions of the i-th.
+func readyCount(n int, conds func(i int) []metav1.Condition) int {
+	ready := 0
+	for i := range n {
+		if meta.IsStatusConditionTrue(conds(i), "Ready") {
+			ready++
 		}
 	}
+	return ready
 }
 
 func loadSyncs(ctx context.Context, c client.Client, ns, url string, paths []string) error {
@@ -405,13 +408,7 @@ func loadSyncs(ctx context.Context, c client.Client, ns, url string, paths []str
 		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
 			return false, err
 		}
-		ready := 0
-		for i := range l.Items {
-			if meta.IsStatusConditionTrue(l.Items[i].Status.Conditions, gitopsv1alpha1.ReadyCondition) {
-				ready++
-			}
-		}
-		return ready == len(paths), nil
+		return readyCount(len(l.Items), func(i int) []metav1.Condition { return l.Items[i].Status.Conditions }) == len(paths), nil
 	})
 }
 
@@ -435,13 +432,7 @@ func loadCertificates(ctx context.Context, c client.Client, ns string, ca *floor
 		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
 			return false, err
 		}
-		ready := 0
-		for i := range l.Items {
-			if meta.IsStatusConditionTrue(l.Items[i].Status.Conditions, pkiv1alpha1.ReadyCondition) {
-				ready++
-			}
-		}
-		return ready == n, nil
+		return readyCount(len(l.Items), func(i int) []metav1.Condition { return l.Items[i].Status.Conditions }) == n, nil
 	})
 }
 
