@@ -1,11 +1,11 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -23,15 +23,16 @@ import (
 // On success obj holds what the server stored, and the caller may take it
 // as the base of its next write. It reports whether it sent a patch.
 func PatchStatusLocked(ctx context.Context, c client.Client, base, obj client.Object, opts ...client.SubResourcePatchOption) (bool, error) {
-	before, err := runtime.DefaultUnstructuredConverter.ToUnstructured(base)
+	// Unchanged is decided as StatusPatcher decides it: the same JSON.
+	before, err := statusJSON(base)
 	if err != nil {
-		return false, fmt.Errorf("reading the status of %T: %w", base, err)
+		return false, err
 	}
-	after, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	after, err := statusJSON(obj)
 	if err != nil {
-		return false, fmt.Errorf("reading the status of %T: %w", obj, err)
+		return false, err
 	}
-	if equality.Semantic.DeepEqual(statusOf(before), statusOf(after)) {
+	if bytes.Equal(before, after) {
 		return false, nil
 	}
 	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), opts...); err != nil {
