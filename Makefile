@@ -97,8 +97,8 @@ lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint (config: .golangci
 ##@ Test
 
 .PHONY: test
-test: tools verify lint ## Run every test: verify, lint, unit tests and the control-plane suites (builds tools if missing).
-	CONVERGE_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKG)
+test: tools verify lint build ## Run every test: verify, lint, unit tests and the control-plane suites (builds tools if missing).
+	CONVERGE_BIN_DIR=$(BIN) CONVERGE_EXE=$(BIN)/converge go test -race -count=1 -timeout 30m $(TESTFLAGS) $(PKG)
 	cd examples/kitchen && CONVERGE_BIN_DIR=$(BIN) go test -race -count=1 -timeout 10m $(TESTFLAGS) ./...
 
 .PHONY: fuzz

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -146,16 +147,81 @@ type Replica struct {
 // start and stays resident (docs/architecture.md, "Memory").
 const BuildTags = "kustomize_disable_go_plugin_support"
 
+// ExeEnv names the environment variable that points at a converge binary
+// already built from this tree: `make test` sets it to bin/converge right
+// after `make build`, so that the suites that run the binary (e2e, ha, ui,
+// why, the agents) share that one build instead of each compiling and
+// linking its own (on a cold 2-core machine those parallel builds compiled
+// the same packages side by side). Unset, Build compiles.
+const ExeEnv = "CONVERGE_EXE"
+
 // Build compiles the converge binary into dir (from the repository root
-// root) as `make build` does and returns its path.
+// root) as `make build` does and returns its path. With ExeEnv set, it puts
+// a copy of (a hard link to) that binary in dir instead. Builds of
+// several test processes at once take turns (a file lock), so that the
+// second finds the build cache filled by the first and only links.
 func Build(ctx context.Context, root, dir string) (string, error) {
 	exe := filepath.Join(dir, "converge")
+	if prebuilt := os.Getenv(ExeEnv); prebuilt != "" {
+		if err := linkOrCopy(prebuilt, exe); err != nil {
+			return "", fmt.Errorf("using the converge binary %s=%s: %w", ExeEnv, prebuilt, err)
+		}
+		return exe, nil
+	}
+	unlock, err := lockBuilds()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", exe, "./cmd/converge")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building converge: %w\n%s", err, out)
 	}
 	return exe, nil
+}
+
+// linkOrCopy makes dst the file src: a hard link when both are on one file
+// system, else a copy (executable).
+func linkOrCopy(src, dst string) error {
+	info, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", src)
+	}
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	return out.Close()
+}
+
+// lockBuilds takes the machine-wide lock of Build's go build (a file in the
+// temporary directory) and returns its release.
+func lockBuilds() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "converge-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the build lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("taking the build lock: %w", err)
+	}
+	return func() { _ = f.Close() }, nil
 }
 
 // Start runs exe run with args, its API requests through a new proxy to
