@@ -184,10 +184,11 @@ type ClusterIssuer struct {
 type ClusterIssuerSpec struct {
 	IssuerSpec `json:",inline"`
 	// policy says which namespaces may have requests signed and for which
-	// DNS names. Unset, every namespace may, and a cluster-internal name
-	// (<x>.<namespace>.svc..., <x>.<namespace>.pod...) and a SPIFFE ID
-	// (spiffe://<domain>/ns/<namespace>/...) are signed only for a request
-	// of that namespace (or of --cluster-resource-namespace).
+	// DNS names and IP addresses. Unset, every namespace may, a
+	// cluster-internal name (<x>.<namespace>.svc..., <x>.<namespace>.pod...)
+	// and a SPIFFE ID (spiffe://<domain>/ns/<namespace>/...) are signed only
+	// for a request of that namespace, and an IP address for none (requests
+	// of --cluster-resource-namespace are exempt).
 	// +optional
 	Policy *ClusterIssuerPolicy `json:"policy,omitempty"`
 }
@@ -213,6 +214,17 @@ type ClusterIssuerPolicy struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)(\.(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?))*$`
 	AllowedDNSNames []string `json:"allowedDNSNames,omitempty"`
+	// allowedIPAddresses are the CIDRs an IP address of a request must
+	// lie in, e.g. "10.96.0.0/12", "2001:db8::/64", "192.0.2.7/32" for one
+	// address. Empty (or no policy), a request carries an IP address only
+	// in --cluster-resource-namespace: an address, a Service's ClusterIP
+	// or a node's, belongs to no namespace a name could tell. Set, every
+	// address must lie in one, in every namespace.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=49
+	AllowedIPAddresses []string `json:"allowedIPAddresses,omitempty"`
 }
 
 // +kubebuilder:object:root=true

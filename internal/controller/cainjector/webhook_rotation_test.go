@@ -337,7 +337,10 @@ func rotateThroughALiveWebhook(t *testing.T, injectFrom string, cluster bool) {
 	caNS, caName, issuer := ns, "ca", pkiv1alpha1.IssuerReference{Name: "ca-issuer"}
 	if cluster {
 		caNS, caName, issuer = clusterResourceNamespace, ns, pkiv1alpha1.IssuerReference{Name: ns, Kind: "ClusterIssuer"}
-		iss := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}}}}
+		// The serving address is granted by the policy: a ClusterIssuer
+		// signs no IP address for a namespace without one.
+		iss := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: caName}},
+			Policy: &pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"127.0.0.1/32"}}}}
 		g.Expect(env.Client.Create(ctx, iss)).To(Succeed())
 		// No CA Secret yet: the issuer waits for it, and kstatus reads it
 		// InProgress (Current once the CA is issued, below).

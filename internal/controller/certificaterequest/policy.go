@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -53,6 +55,11 @@ func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIss
 			return why, nil
 		}
 	}
+	for _, ip := range csr.IPAddresses {
+		if why := ipAddressRefused(ci, p, ns, r.ClusterResourceNamespace, ip); why != "" {
+			return why, nil
+		}
+	}
 	for _, u := range csr.URIs {
 		if owner, ok := spiffeNamespace(u); ok && owner != ns && ns != r.ClusterResourceNamespace {
 			return fmt.Sprintf("URI %q is an identity of namespace %s, and ClusterIssuer %q signs it only for requests of that namespace", u.String(), owner, ci.Name), nil
@@ -79,6 +86,31 @@ func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerP
 			name, owner, ci.Name)
 	}
 	return ""
+}
+
+// ipAddressRefused applies the policy (or its default) to one IP address:
+// with spec.policy.allowedIPAddresses set, ip must lie in one of them, in
+// every namespace; without, no namespace but clusterNS gets an address
+// signed. An address names no namespace as a cluster-internal name does: a
+// tenant's leaf for 127.0.0.1 or another tenant's Service ClusterIP would
+// pass for what listens there to every client trusting the ClusterIssuer.
+func ipAddressRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolicy, ns, clusterNS string, ip net.IP) string {
+	const hint = "; ask the cluster admin, or use an Issuer of this namespace"
+	if p != nil && len(p.AllowedIPAddresses) > 0 {
+		if addr, ok := netip.AddrFromSlice(ip); ok && slices.ContainsFunc(p.AllowedIPAddresses, func(cidr string) bool {
+			pfx, err := netip.ParsePrefix(cidr)
+			return err == nil && pfx.Contains(addr.Unmap())
+		}) {
+			return ""
+		}
+		return fmt.Sprintf("IP address %q is in none of ClusterIssuer %q spec.policy.allowedIPAddresses %s (for namespace %s)%s",
+			ip.String(), ci.Name, quoteList(p.AllowedIPAddresses, 8), ns, hint)
+	}
+	if ns == clusterNS {
+		return ""
+	}
+	return fmt.Sprintf("IP address %q: ClusterIssuer %q signs IP addresses only inside spec.policy.allowedIPAddresses, and it sets none (requests of namespace %s may carry no IP address)%s",
+		ip.String(), ci.Name, ns, hint)
 }
 
 // namespacedACMERefused says why the acme Issuer issuer of namespace ns

@@ -88,3 +88,32 @@ func TestNamespacedACMENames(t *testing.T) {
 		t.Errorf("no patterns: got %q", why)
 	}
 }
+
+// IP addresses: without spec.policy.allowedIPAddresses none is signed for a
+// tenant namespace (the cluster resource namespace is exempt); with them,
+// an address must lie in one, in every namespace, IPv4-mapped IPv6 read as
+// IPv4.
+func TestIPAddressPolicy(t *testing.T) {
+	ci := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "ca"}}
+	for _, c := range []struct {
+		p        *pkiv1alpha1.ClusterIssuerPolicy
+		ns, ip   string
+		refusing string
+	}{
+		{nil, "a", "10.96.0.10", `IP address "10.96.0.10": ClusterIssuer "ca" signs IP addresses only inside spec.policy.allowedIPAddresses, and it sets none`},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedDNSNames: []string{"*.{namespace}.svc"}}, "a", "127.0.0.1", "sets none"},
+		{nil, "converge-system", "10.96.0.10", ""},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"10.96.0.0/12"}}, "a", "10.96.0.10", ""},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"10.96.0.0/12"}}, "a", "::ffff:10.96.0.10", ""},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"10.96.0.0/12"}}, "a", "10.112.0.1", `IP address "10.112.0.1" is in none of ClusterIssuer "ca" spec.policy.allowedIPAddresses ["10.96.0.0/12"] (for namespace a)`},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"10.96.0.0/12"}}, "converge-system", "127.0.0.1", `"127.0.0.1" is in none`},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"2001:db8::/64", "not-a-cidr"}}, "a", "2001:db8::1", ""},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"2001:db8::/64"}}, "a", "10.0.0.1", "is in none"},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"0.0.0.0/0"}}, "a", "::1", "is in none"},
+	} {
+		why := ipAddressRefused(ci, c.p, c.ns, "converge-system", net.ParseIP(c.ip))
+		if c.refusing == "" && why != "" || c.refusing != "" && !strings.Contains(why, c.refusing) {
+			t.Errorf("%s for namespace %s: got %q, want refusal naming %q", c.ip, c.ns, why, c.refusing)
+		}
+	}
+}

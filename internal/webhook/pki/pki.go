@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/mail"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -257,14 +258,20 @@ func (w ClusterIssuer) SetupWithManager(mgr ctrl.Manager) error {
 func (w ClusterIssuer) ValidateCreate(_ context.Context, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
 	errs := append(ValidateIssuerSpec(&i.Spec.IssuerSpec, p), validateACMEServer(nil, &i.Spec.IssuerSpec, w.ACMEAllowedDirectories, p)...)
-	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(errs, validatePolicy(i.Spec.Policy, p.Child("policy"))...))
+	if err := specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(errs, validatePolicy(i.Spec.Policy, p.Child("policy"))...)); err != nil {
+		return nil, err
+	}
+	return policyWarnings(i), nil
 }
 
 // ValidateUpdate checks a change.
 func (w ClusterIssuer) ValidateUpdate(_ context.Context, old, i *pkiv1alpha1.ClusterIssuer) (admission.Warnings, error) {
 	p := field.NewPath("spec")
 	errs := append(ValidateIssuerSpec(&i.Spec.IssuerSpec, p), validateACMEServer(&old.Spec.IssuerSpec, &i.Spec.IssuerSpec, w.ACMEAllowedDirectories, p)...)
-	return nil, specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(errs, validatePolicy(i.Spec.Policy, p.Child("policy"))...))
+	if err := specerr.Invalid(pkiv1alpha1.GroupVersion, "ClusterIssuer", i.Name, append(errs, validatePolicy(i.Spec.Policy, p.Child("policy"))...)); err != nil {
+		return nil, err
+	}
+	return policyWarnings(i), nil
 }
 
 // ValidateDelete allows every deletion.
@@ -273,15 +280,46 @@ func (ClusterIssuer) ValidateDelete(context.Context, *pkiv1alpha1.ClusterIssuer)
 }
 
 // validatePolicy checks a ClusterIssuer's policy: its namespace selector
-// must parse (the schema checks the name patterns).
+// must parse and every allowedIPAddresses entry be a CIDR (the schema
+// checks the name patterns).
 func validatePolicy(pol *pkiv1alpha1.ClusterIssuerPolicy, p *field.Path) field.ErrorList {
-	if pol == nil || pol.NamespaceSelector == nil {
+	if pol == nil {
 		return nil
 	}
-	if _, err := metav1.LabelSelectorAsSelector(pol.NamespaceSelector); err != nil {
-		return field.ErrorList{field.Invalid(p.Child("namespaceSelector"), pol.NamespaceSelector.String(), err.Error())}
+	var errs field.ErrorList
+	if pol.NamespaceSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(pol.NamespaceSelector); err != nil {
+			errs = append(errs, field.Invalid(p.Child("namespaceSelector"), pol.NamespaceSelector.String(), err.Error()))
+		}
 	}
-	return nil
+	for i, cidr := range pol.AllowedIPAddresses {
+		if _, err := netip.ParsePrefix(cidr); err != nil {
+			errs = append(errs, field.Invalid(p.Child("allowedIPAddresses").Index(i), cidr,
+				"not a CIDR: write an address range as 10.96.0.0/12 or 2001:db8::/64, one address as 192.0.2.7/32"))
+		}
+	}
+	return errs
+}
+
+// policyWarnings warns the admin creating or changing an ACME
+// ClusterIssuer without spec.policy.allowedDNSNames: it orders any DNS name
+// (but another namespace's svc/pod names) for every namespace it selects,
+// validated through the manager's one HTTP-01 port, so any of those
+// namespaces gets a publicly trusted certificate for any name routed to
+// the manager. That is cert-manager's reading too (a ClusterIssuer is the
+// admin's grant), so it is said, not refused.
+func policyWarnings(ci *pkiv1alpha1.ClusterIssuer) admission.Warnings {
+	pol := ci.Spec.Policy
+	if ci.Spec.ACME == nil || (pol != nil && len(pol.AllowedDNSNames) > 0) {
+		return nil
+	}
+	who := "every namespace of the cluster (spec.policy.namespaceSelector is unset)"
+	if pol != nil && pol.NamespaceSelector != nil {
+		who = "every namespace spec.policy.namespaceSelector selects (" + metav1.FormatLabelSelector(pol.NamespaceSelector) + ")"
+	}
+	return admission.Warnings{fmt.Sprintf("ACME ClusterIssuer %s without spec.policy.allowedDNSNames orders any DNS name for %s: "+
+		"each of them can obtain a publicly trusted certificate for any name that reaches the manager's HTTP-01 port; "+
+		"set spec.policy.allowedDNSNames (e.g. \"*.{namespace}.apps.example.com\") unless that is the grant you mean (docs/security.md)", ci.Name, who)}
 }
 
 // ValidateIssuerSpec checks an issuer's spec.

@@ -260,3 +260,39 @@ func TestValidateClusterIssuerPolicy(t *testing.T) {
 	_, err = w.ValidateUpdate(context.Background(), ci(nil), bad)
 	g.Expect(err).To(MatchError(ContainSubstring("spec.policy.namespaceSelector")))
 }
+
+// TestValidateClusterIssuerIPPolicy: every spec.policy.allowedIPAddresses
+// entry must be a CIDR, refused naming its index; an ACME ClusterIssuer
+// without allowedDNSNames is accepted with a warning naming whom it grants
+// any name, a narrowed one or a CA one without.
+func TestValidateClusterIssuerIPPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := webhookpki.ClusterIssuer{ACMEAllowedDirectories: []string{"https://acme.example.com/"}}
+	ca := func(pol *pkiv1alpha1.ClusterIssuerPolicy) *pkiv1alpha1.ClusterIssuer {
+		return &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "cluster-ca"},
+			Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}, Policy: pol}}
+	}
+	warns, err := w.ValidateCreate(ctx, ca(&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"10.96.0.0/12", "2001:db8::/64", "192.0.2.7/32"}}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(warns).To(BeEmpty())
+	_, err = w.ValidateCreate(ctx, ca(&pkiv1alpha1.ClusterIssuerPolicy{AllowedIPAddresses: []string{"10.96.0.0/12", "10.0.0.0/33", "192.0.2.7", "web"}}))
+	g.Expect(err).To(MatchError(And(ContainSubstring("spec.policy.allowedIPAddresses[1]"), ContainSubstring("spec.policy.allowedIPAddresses[2]"),
+		ContainSubstring("spec.policy.allowedIPAddresses[3]"), ContainSubstring("not a CIDR"))))
+	g.Expect(err.Error()).NotTo(ContainSubstring("allowedIPAddresses[0]"))
+
+	acme := func(pol *pkiv1alpha1.ClusterIssuerPolicy) *pkiv1alpha1.ClusterIssuer {
+		return &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "le"}, Spec: pkiv1alpha1.ClusterIssuerSpec{Policy: pol,
+			IssuerSpec: pkiv1alpha1.IssuerSpec{ACME: &pkiv1alpha1.ACMEIssuer{Server: "https://acme.example.com/dir",
+				PrivateKeySecretRef: pkiv1alpha1.SecretKeySelector{Name: "le-account"}}}}}
+	}
+	warns, err = w.ValidateCreate(ctx, acme(nil))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(warns).To(ConsistOf(And(ContainSubstring("ACME ClusterIssuer le without spec.policy.allowedDNSNames"), ContainSubstring("every namespace of the cluster"))))
+	warns, err = w.ValidateUpdate(ctx, acme(nil), acme(&pkiv1alpha1.ClusterIssuerPolicy{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}}}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(warns).To(ConsistOf(ContainSubstring("every namespace spec.policy.namespaceSelector selects (team=web)")))
+	warns, err = w.ValidateCreate(ctx, acme(&pkiv1alpha1.ClusterIssuerPolicy{AllowedDNSNames: []string{"*.{namespace}.apps.example.com"}}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(warns).To(BeEmpty())
+}
