@@ -22,7 +22,7 @@ import (
 // manager ignores the shard's objects), so neither the test's own creates
 // nor an earlier test's leftovers count. The design is 3 per one-NIC
 // config (finalizer, pool status, config status) plus conflict retries and
-// the pool controller's recounts.
+// the pool controller's recounts, under one more per allocation.
 func TestAPIWritesPerAllocation(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
@@ -60,7 +60,10 @@ func TestAPIWritesPerAllocation(t *testing.T) {
 	time.Sleep(2 * time.Second) // the pool controller's last recount
 	perAlloc := float64(requests.Count(testenv.WritesIn(ns))-before) / n
 	t.Logf("API writes per allocation (one-NIC config, %d at once): %.2f; by request: %v", n, perAlloc, byRequest(requests, ns))
-	g.Expect(perAlloc).To(BeNumerically("<=", 6), "writes per allocation")
+	// 3.00 measured with this counter (51 pool status, 50 finalizer and 50
+	// config status patches for 50 configs): one write more per allocation
+	// must fail.
+	g.Expect(perAlloc).To(BeNumerically("<", 4), "writes per allocation")
 	g.Expect(perAlloc).To(BeNumerically(">=", 3), "the counter missed writes")
 }
 
