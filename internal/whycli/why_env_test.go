@@ -625,7 +625,7 @@ spec:
 	g.Expect(up).To(MatchRegexp(`(?m)^` + ns + `\s+└─blocks Machine/held\s+Terminating`))
 	up, code = cv(t, kc, ns, "tree", "pdb/bystander", "--up")
 	g.Expect(code).To(Equal(0), up)
-	g.Expect(up).NotTo(ContainSubstring("blocks"))
+	g.Expect(up).NotTo(ContainSubstring("└─blocks"))
 
 	// The budget goes: the drain goes on by itself and the Machine is gone.
 	pdb := &unstructured.Unstructured{}
