@@ -59,15 +59,24 @@ func refusedPods(u *unstructured.Unstructured) []string {
 // with the caller's identity: a PodDisruptionBudget it may not list is not
 // shown.
 func (w *walk) blockers(ctx context.Context, n *Node) []Link {
-	pods := refusedPods(n.obj)
+	if n.obj == nil {
+		return nil
+	}
+	return w.blockersOf(ctx, n.obj)
+}
+
+// blockersOf are the PodDisruptionBudgets holding a drain of u (an object
+// of a Drains kind), read as blockers says.
+func (w *walk) blockersOf(ctx context.Context, u *unstructured.Unstructured) []Link {
+	pods := refusedPods(u)
 	if len(pods) == 0 {
 		return nil
 	}
-	pdbs := w.list(ctx, pdbGVK, n.Ref.Namespace)
+	pdbs := w.list(ctx, pdbGVK, u.GetNamespace())
 	if len(pdbs) == 0 {
 		return nil
 	}
-	podList := w.list(ctx, podGVK, n.Ref.Namespace)
+	podList := w.list(ctx, podGVK, u.GetNamespace())
 	byName := map[string]*unstructured.Unstructured{}
 	for i := range podList {
 		byName[podList[i].GetName()] = &podList[i]
@@ -94,6 +103,30 @@ func (w *walk) blockers(ctx context.Context, n *Node) []Link {
 			}
 			seen[pdbs[i].GetName()] = true
 			out = append(out, Link{BlockedBy, refOf(&pdbs[i])})
+		}
+	}
+	return out
+}
+
+// blocked are the objects whose drain the PodDisruptionBudget n holds (the
+// reverse of blockers, for Graph.Up): the objects of n's namespace, of
+// every Drains kind, whose blockers name n.
+func (w *walk) blocked(ctx context.Context, n *Node) []Link {
+	if n.obj == nil || n.Ref.Group != pdbGVK.Group || n.Ref.Kind != pdbGVK.Kind {
+		return nil
+	}
+	var out []Link
+	for _, k := range Kinds {
+		if !k.Drains {
+			continue
+		}
+		items := w.list(ctx, k.GVK, n.Ref.Namespace)
+		for i := range items {
+			for _, l := range w.blockersOf(ctx, &items[i]) {
+				if l.To.Name == n.Ref.Name {
+					out = append(out, Link{BlockedBy, refOf(&items[i])})
+				}
+			}
 		}
 	}
 	return out

@@ -443,8 +443,9 @@ func (w *walk) inventoryLists(ctx context.Context, sync, r Ref) bool {
 	return false
 }
 
-// above are the links up from n: its owners, the Sync that applied it, and
-// the objects of its namespace whose references name it.
+// above are the links up from n: its owners, the Sync that applied it, the
+// objects of its namespace whose references name it, and (for a
+// PodDisruptionBudget) the objects whose drain it refuses.
 func (w *walk) above(ctx context.Context, n *Node) []Link {
 	var out []Link
 	if n.obj != nil {
@@ -476,6 +477,8 @@ func (w *walk) above(ctx context.Context, n *Node) []Link {
 			}
 		}
 	}
+	// A PodDisruptionBudget blocks the drains it refuses.
+	out = append(out, w.blocked(ctx, n)...)
 	// A reference served the other way round (a MachineBMC names its
 	// Machine): the object named needs this one.
 	if n.obj != nil {

@@ -3,8 +3,13 @@ package testenv
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/converge-dev/converge/internal/setup"
 )
@@ -27,6 +32,82 @@ func (e *Environment) StartManager(t testing.TB, adjust func(*setup.Options)) (s
 // a runnable that tells the test the manager is running, say).
 func (e *Environment) StartConverge(t testing.TB, adjust func(*setup.Options), before func(*setup.Converge) error) (cv *setup.Converge, stop func() error) {
 	t.Helper()
+	return e.startConverge(t, e.Config, adjust, before)
+}
+
+// StartCountedManager is StartManager whose API requests (every
+// controller's client, the event recorder's, leader election's) are
+// counted, apart from every other client of the process: a test measures
+// what this manager sent, not what the suite's manager or an earlier
+// test's leftovers did. Give it a ShardKey, and the test's objects that
+// shard's label, so that it alone reconciles them.
+func (e *Environment) StartCountedManager(t testing.TB, adjust func(*setup.Options)) (*Requests, func() error) {
+	t.Helper()
+	r := &Requests{}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, r: r} })
+	_, stop := e.startConverge(t, cfg, adjust, nil)
+	return r, stop
+}
+
+// Request is one API request a counted manager sent, with the status code
+// the API server answered (0: no answer).
+type Request struct {
+	Method string
+	// Path is the URL's path, e.g.
+	// /apis/dhcp.converge.dev/v1alpha1/namespaces/ns/ippools/lan/status.
+	Path string
+	Code int
+}
+
+// Requests are the requests of a manager started by StartCountedManager.
+type Requests struct {
+	mu  sync.Mutex
+	all []Request
+}
+
+// Count is the number of requests so far that match says yes to.
+func (r *Requests) Count(match func(Request) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, q := range r.all {
+		if match(q) {
+			n++
+		}
+	}
+	return n
+}
+
+// WritesIn matches the writes (every method but GET, which lists and
+// watches use too) to objects of namespace ns.
+func WritesIn(ns string) func(Request) bool {
+	return func(q Request) bool {
+		return q.Method != http.MethodGet && strings.Contains(q.Path, "/namespaces/"+ns+"/")
+	}
+}
+
+// countingTransport records every request that goes through it in r.
+type countingTransport struct {
+	next http.RoundTripper
+	r    *Requests
+}
+
+func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	q := Request{Method: req.Method, Path: req.URL.Path}
+	if resp != nil {
+		q.Code = resp.StatusCode
+	}
+	c.r.mu.Lock()
+	c.r.all = append(c.r.all, q)
+	c.r.mu.Unlock()
+	return resp, err
+}
+
+// startConverge is StartConverge with the manager's rest.Config.
+func (e *Environment) startConverge(t testing.TB, cfg *rest.Config, adjust func(*setup.Options), before func(*setup.Converge) error) (cv *setup.Converge, stop func() error) {
+	t.Helper()
 	o := setup.DefaultOptions()
 	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
 	o.Webhook.Disabled = true
@@ -37,7 +118,7 @@ func (e *Environment) StartConverge(t testing.TB, adjust func(*setup.Options), b
 		adjust(&o)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	cv, err := setup.New(ctx, e.Config, o)
+	cv, err := setup.New(ctx, cfg, o)
 	if err != nil {
 		cancel()
 		t.Fatalf("building a manager: %v", err)

@@ -617,6 +617,15 @@ spec:
 	tree, code := cv(t, kc, ns, "tree", "machine/held")
 	g.Expect(code).To(Equal(0), tree)
 	g.Expect(tree).To(MatchRegexp(`(?m)^` + ns + `\s+└─blocked by PodDisruptionBudget/guard\s+InProgress`))
+	// And the other way round: tree --up on the budget finds the Machine it
+	// blocks; the budget selecting no refused Pod blocks nothing.
+	up, code := cv(t, kc, ns, "tree", "pdb/guard", "--up")
+	g.Expect(code).To(Equal(0), up)
+	t.Logf("converge tree pdb/guard --up:\n%s", up)
+	g.Expect(up).To(MatchRegexp(`(?m)^` + ns + `\s+└─blocks Machine/held\s+Terminating`))
+	up, code = cv(t, kc, ns, "tree", "pdb/bystander", "--up")
+	g.Expect(code).To(Equal(0), up)
+	g.Expect(up).NotTo(ContainSubstring("└─blocks"))
 
 	// The budget goes: the drain goes on by itself and the Machine is gone.
 	pdb := &unstructured.Unstructured{}
@@ -628,4 +637,90 @@ spec:
 		err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, m)
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
 	}).Should(Succeed())
+}
+
+// TestWhyUpgradeNamesThePDBThatBlocksItsDrain: a MachineUpgrade over one
+// running Machine whose Node runs a Pod guarded by a PodDisruptionBudget
+// allowing no disruption. The upgrade's drain is really refused (429, its
+// Ready condition says so); why on the upgrade names the budget as the root
+// cause, blocked by it, with the next step; tree --up on the budget finds
+// the upgrade it blocks.
+func TestWhyUpgradeNamesThePDBThatBlocksItsDrain(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	ns := env.NewNamespace(t)
+	env.KubectlApply(t, ns, `
+apiVersion: infrastructure.converge.dev/v1alpha1
+kind: KwokMachine
+metadata: {name: m0}
+---
+apiVersion: machine.converge.dev/v1alpha1
+kind: Machine
+metadata: {name: m0, labels: {pool: held}}
+spec:
+  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: m0}
+  image: v1
+  version: "1.0"
+`)
+	kc := env.KubeconfigPath
+	m := &unstructured.Unstructured{}
+	m.SetGroupVersionKind(schema.GroupVersionKind{Group: "machine.converge.dev", Version: "v1alpha1", Kind: "Machine"})
+	var node string
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "m0"}, m)).To(Succeed())
+		node, _, _ = unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+		g.Expect(node).NotTo(BeEmpty())
+		out, code := cv(t, kc, ns, "why", "machine/m0")
+		g.Expect(code).To(Equal(0), out)
+	}).Should(Succeed())
+	env.KubectlApply(t, ns, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: guarded, labels: {app: guarded}}
+spec:
+  nodeName: %s
+  tolerations: [{operator: Exists}]
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guard}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: guarded}}
+---
+apiVersion: upgrade.converge.dev/v1alpha1
+kind: MachineUpgrade
+metadata: {name: v2}
+spec:
+  selector: {matchLabels: {pool: held}}
+  image: v2
+  version: "2.0"
+  strategy: {maxUnavailable: 1}
+`, node))
+	// The drain really is refused: the upgrade's conditions say so.
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "upgrade.converge.dev", Version: "v1alpha1", Kind: "MachineUpgrade"})
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "v2"}, u)).To(Succeed())
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		g.Expect(fmt.Sprint(conds)).To(ContainSubstring("a PodDisruptionBudget refuses the eviction of " + ns + "/guarded"))
+	}).WithTimeout(2 * time.Minute).Should(Succeed())
+
+	var out string
+	testenv.Eventually(g, func(g Gomega) {
+		var code int
+		out, code = cv(t, kc, ns, "why", "machineupgrade/v2")
+		g.Expect(code).To(Equal(2), out)
+		g.Expect(out).To(HavePrefix("MachineUpgrade/v2 in " + ns + " is InProgress (DrainBlocked)"))
+		g.Expect(out).To(MatchRegexp(`└─blocked by PodDisruptionBudget/guard  InProgress \S+`))
+		g.Expect(out).To(ContainSubstring("Root cause: PodDisruptionBudget/guard in " + ns + " is InProgress (NoDisruptionAllowed)"))
+	}).Should(Succeed())
+	t.Logf("converge why machineupgrade/v2:\n%s", out)
+	g.Expect(out).To(ContainSubstring("Next: make room for a disruption: scale up the Pods it selects, or lower its minAvailable / raise its maxUnavailable (kubectl -n " + ns + " edit poddisruptionbudget guard)"))
+
+	up, code := cv(t, kc, ns, "tree", "poddisruptionbudget/guard", "--up")
+	g.Expect(code).To(Equal(0), up)
+	t.Logf("converge tree poddisruptionbudget/guard --up:\n%s", up)
+	g.Expect(up).To(MatchRegexp(`(?m)^` + ns + `\s+└─blocks MachineUpgrade/v2\s+InProgress\s+DrainBlocked`))
 }

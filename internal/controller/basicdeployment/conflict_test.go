@@ -2,6 +2,7 @@ package basicdeployment_test
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
+	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -26,20 +27,36 @@ import (
 // rollout still converges within its bounds, and the other writer's changes
 // are kept.
 //
-// Not parallel, on purpose: the conflicts are counted from a process-wide
-// counter (client-go's), so the test takes its deltas while it is the only
-// test of this process running. A sequential top-level test never overlaps
-// another: the parallel ones wait until every sequential one has returned,
-// and the sequential ones run one by one. The count shows that the
-// controllers' writes meet conflicts, not that the storm caused each one:
-// a run with the storm writing nothing still counted 3.
+// The conflicts are counted on the client of a manager of the test's own
+// (a shard manager running the BasicDeployment and BasicReplicaSet
+// controllers; the deployment, and so its children, carry its shard label,
+// so the suite's manager leaves them alone), for requests to this test's
+// namespace only: another test's leftovers, or the suite's manager, cannot
+// add to the count. The count shows that the controllers' writes meet
+// conflicts, not that the storm caused each one: a run with the storm
+// writing nothing still counted 3.
 func TestConflictStorm(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ctx := t.Context()
 	ns := env.NewNamespace(t)
+	const shard = "storm"
+	requests, _ := env.StartCountedManager(t, func(o *setup.Options) {
+		o.Controllers, o.ShardKey = []string{"basicdeployment", "basicreplicaset"}, shard
+	})
+	// The controllers write with PATCH (optimistic lock on the children's
+	// scale, status patches) and the storm and the test with another
+	// client: the PATCH 409s counted are the shard manager's, on this
+	// test's objects.
+	patchConflicts := func() int {
+		in := testenv.WritesIn(ns)
+		return requests.Count(func(q testenv.Request) bool {
+			return in(q) && q.Method == http.MethodPatch && q.Code == http.StatusConflict
+		})
+	}
 	rec := recordPods(t, ns)
 	d := rolling(newDeployment(ns, "storm", 6), intstr.FromInt32(2), intstr.FromInt32(1))
+	d.Labels = map[string]string{setup.ShardLabel: shard}
 	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
 	waitComplete(ctx, g, d)
 	rec.caughtUp(g, 6)
@@ -81,14 +98,9 @@ func TestConflictStorm(t *testing.T) {
 			}
 		}
 	})
-	// The controllers write with PATCH (optimistic lock on the children's
-	// scale, status patches); the storm and the test write with PUT, so the
-	// PATCH 409s client-go counts in this process are the controllers', and,
-	// no other test running, the ones counted from here on are met on this
-	// test's objects.
-	before := patchConflicts(g)
+	before := patchConflicts()
 	setImage(ctx, g, d, "nginx:2")
-	g.Eventually(func() float64 { return patchConflicts(g) - before }).
+	g.Eventually(func() int { return patchConflicts() - before }).
 		WithTimeout(60*time.Second).WithPolling(20*time.Millisecond).Should(BeNumerically(">", 0),
 		"the controllers' own writes met a conflict during the rollout")
 	waitComplete(ctx, g, d)
@@ -96,40 +108,11 @@ func TestConflictStorm(t *testing.T) {
 	wg.Wait()
 	rec.caughtUp(g, 6)
 	maxLive, minReady, _ := rec.bounds()
-	t.Logf("storm: %d foreign writes, %d of them conflicted; the controllers met %.0f conflicts; %s",
-		writes.Load(), conflicts.Load(), patchConflicts(g)-before, rec)
+	t.Logf("storm: %d foreign writes, %d of them conflicted; the controllers met %d conflicts; %s",
+		writes.Load(), conflicts.Load(), patchConflicts()-before, rec)
 	g.Expect(writes.Load()).To(BeNumerically(">", 10), "the storm really wrote")
 	g.Expect(maxLive).To(BeNumerically("<=", 8))
 	g.Expect(minReady).To(BeNumerically(">=", 5))
 	g.Expect(d.Annotations).To(HaveKey("storm.test/n"), "the other writer's change is kept")
 	g.Expect(children(ctx, g, d)).To(HaveLen(2))
-}
-
-// patchConflicts is how many PATCH requests of this process the API server
-// answered with 409 Conflict (client-go's rest_client_requests_total, as
-// controller-runtime registers it).
-func patchConflicts(g Gomega) float64 {
-	mfs, err := metrics.Registry.Gather()
-	g.Expect(err).NotTo(HaveOccurred())
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "rest_client_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var code, method string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "code":
-					code = l.GetValue()
-				case "method":
-					method = l.GetValue()
-				}
-			}
-			if code == "409" && method == "PATCH" {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
 }
