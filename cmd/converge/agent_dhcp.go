@@ -11,6 +11,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/dhcpagent"
 	"github.com/converge-dev/converge/internal/dhcp"
 	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // newAgentDHCPCommand is `converge agent dhcp`: the DHCP agent of one
@@ -45,7 +46,7 @@ holder keeps serving from its cache.`,
 			if c.LeaseNamespace == "" {
 				c.LeaseNamespace = ns
 			}
-			cfg.UserAgent = setup.UserAgent("dhcp-agent")
+			cfg.UserAgent = useragent.For("dhcp-agent")
 			c.RESTConfig, c.Scheme = cfg, setup.Scheme()
 			c.Log = ctrl.Log.WithName("dhcp-agent").WithValues("network", c.Network)
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

@@ -28,6 +28,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // The agent's rights (config/rbac/machineagent, the chart's machine agent
@@ -104,7 +105,7 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("--machine-qemu-accel=%q: want kvm, tcg or empty (automatic)", m.QemuAccel)
 	}
 	cfg := rest.CopyConfig(c.RESTConfig)
-	cfg.UserAgent = setup.UserAgent("machineagent")
+	cfg.UserAgent = useragent.For("machineagent")
 	probe := c.HealthProbeBindAddress
 	if probe == "" {
 		probe = "0"
