@@ -61,6 +61,7 @@ import (
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
 	"github.com/converge-dev/converge/internal/leaderfence"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/sharding"
@@ -168,7 +169,7 @@ type Options struct {
 	SQLInstanceHealthInterval time.Duration
 
 	// Machines configures the Machine controller and the machine providers.
-	Machines MachineOptions
+	Machines machineoptions.Machines
 	// DHCPAgent configures cluster mode of the DHCP agent.
 	DHCPAgent DHCPAgentOptions
 	// BMC configures the virtual BMCs.
@@ -388,9 +389,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 		return nil, fmt.Errorf("--machine-qemu-accel=%q: want kvm, tcg or empty (automatic)", o.Machines.QemuAccel)
 	}
 	switch o.Machines.QemuMachines {
-	case "", QemuMachinesManager, QemuMachinesAgent:
+	case "", machineoptions.QemuMachinesManager, machineoptions.QemuMachinesAgent:
 	default:
-		return nil, fmt.Errorf("--qemu-machines=%q: want %s or %s", o.Machines.QemuMachines, QemuMachinesManager, QemuMachinesAgent)
+		return nil, fmt.Errorf("--qemu-machines=%q: want %s or %s", o.Machines.QemuMachines, machineoptions.QemuMachinesManager, machineoptions.QemuMachinesAgent)
 	}
 	if p := o.Machines.NetbootHTTPPort; p < 0 || p > 65535 {
 		return nil, fmt.Errorf("--netboot-http-port=%d: want a TCP port (1-65535), or 0 for the default 8069", p)
