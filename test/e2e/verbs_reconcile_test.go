@@ -56,7 +56,7 @@ kind: Database
 metadata: {name: orders}
 spec:
   instanceRef: {apiVersion: sql.converge.dev/v1alpha1, kind: PostgresInstance, name: pg}
-  deletionPolicy: Orphan
+  deletionPolicy: Retain
 `, pg.AdminUser, pg.AdminPassword, pg.Port), 0o600)).To(Succeed())
 	out, err = e.kubectl(t, "-n", "verbs", "apply", "-f", f)
 	g.Expect(err).NotTo(HaveOccurred(), out)
