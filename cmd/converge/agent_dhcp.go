@@ -10,7 +10,9 @@ import (
 
 	"github.com/converge-dev/converge/internal/controller/dhcpagent"
 	"github.com/converge-dev/converge/internal/dhcp"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // newAgentDHCPCommand is `converge agent dhcp`: the DHCP agent of one
@@ -45,7 +47,7 @@ holder keeps serving from its cache.`,
 			if c.LeaseNamespace == "" {
 				c.LeaseNamespace = ns
 			}
-			cfg.UserAgent = setup.UserAgent("dhcp-agent")
+			cfg.UserAgent = useragent.For("dhcp-agent")
 			c.RESTConfig, c.Scheme = cfg, setup.Scheme()
 			c.Log = ctrl.Log.WithName("dhcp-agent").WithValues("network", c.Network)
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -59,7 +61,7 @@ holder keeps serving from its cache.`,
 	f.StringVar(&c.Netns, "netns", "", "named network namespace holding --interface (default: the agent's own)")
 	f.StringVar(&c.LeaseNamespace, "lease-namespace", "", "namespace of the network's Lease (default: -n, else the kubeconfig context's or the Pod's namespace)")
 	f.StringVar(&c.Identity, "identity", "", "this agent's name in the Lease and in status.agent (default: host name and a random suffix)")
-	f.StringVar(&c.ImageDir, "image-dir", setup.DefaultMachineImageDir, "image store network boot serves kernels and initrds from (mount QemuMachine's there)")
+	f.StringVar(&c.ImageDir, "image-dir", machineoptions.DefaultMachineImageDir, "image store network boot serves kernels and initrds from (mount QemuMachine's there)")
 	f.IntVar(&c.NetBootPort, "netboot-http-port", dhcp.DefaultNetBootPort, "port of the network boot HTTP server on the server address of each IPPool with networkBoot")
 	f.DurationVar(&c.LeaseDuration, "lease-duration", dhcpagent.DefaultLeaseDuration, "how long a silent holder keeps the network before a standby takes it")
 	f.DurationVar(&c.RenewInterval, "renew-interval", dhcpagent.DefaultRenewInterval, "how often the holder renews the Lease and a standby checks it")

@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/machineagent"
 	"github.com/converge-dev/converge/internal/setup"
 )
@@ -38,13 +39,13 @@ re-attaches to each QEMU through the pidfile and QMP socket in
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.NodeName, "node-name", "", "this node's name (default $NODE_NAME)")
-	f.StringVar(&c.Machines.StateDir, "machine-state-dir", setup.DefaultMachineStateDir, "QEMU VMs' pidfiles, QMP sockets and console logs (a hostPath: it must outlive the agent)")
-	f.StringVar(&c.Machines.ImageDir, "machine-image-dir", setup.DefaultMachineImageDir, "image store of QemuMachine spec.image")
+	f.StringVar(&c.Machines.StateDir, "machine-state-dir", machineoptions.DefaultMachineStateDir, "QEMU VMs' pidfiles, QMP sockets and console logs (a hostPath: it must outlive the agent)")
+	f.StringVar(&c.Machines.ImageDir, "machine-image-dir", machineoptions.DefaultMachineImageDir, "image store of QemuMachine spec.image")
 	f.StringVar(&c.Machines.Netns, "machine-netns", "", "network namespace for the bridges and taps of QemuMachine NICs (needs root); empty: QEMU user-mode networking")
 	f.StringVar(&c.Machines.QemuAccel, "machine-qemu-accel", "", "QEMU accelerator: kvm, tcg, or empty for KVM where the CPU advertises vmx/svm and /dev/kvm opens, else TCG")
 	f.StringVar(&c.Machines.QemuBinary, "machine-qemu-binary", "", "path of qemu-system-x86_64 (default: looked up in PATH)")
 	f.DurationVar(&c.Machines.PowerDownGrace, "machine-power-down-grace", 0, "how long a VM gets to power down (ACPI) before QEMU quits (default 30s)")
-	f.StringVar(&c.LeaseNamespace, "lease-namespace", setup.DefaultAgentLeaseNamespace, "namespace of the heartbeat Lease (the manager's --machine-agent-lease-namespace)")
+	f.StringVar(&c.LeaseNamespace, "lease-namespace", machineoptions.DefaultAgentLeaseNamespace, "namespace of the heartbeat Lease (the manager's --machine-agent-lease-namespace)")
 	f.DurationVar(&c.LeaseDuration, "lease-duration", machineagent.DefaultLeaseDuration, "how long one heartbeat counts; a silent agent is reported after it")
 	f.DurationVar(&c.RenewInterval, "renew-interval", machineagent.DefaultRenewInterval, "how often the heartbeat Lease is renewed")
 	f.StringVar(&c.HealthProbeBindAddress, "health-probe-bind-address", ":8082", "address of /healthz and /readyz; '0' disables")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,7 +10,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitopscli"
+	"github.com/converge-dev/converge/internal/graph"
+	"github.com/converge-dev/converge/internal/reconcilecli"
 	"github.com/converge-dev/converge/internal/setup"
 )
 
@@ -44,23 +48,26 @@ func gitopsClient(g *globalFlags) (client.Client, string, error) {
 func newReconcileCommand(g *globalFlags) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "reconcile (sync|gitrepository) NAME",
-		Short: "Ask for an immediate reconciliation of a Sync or GitRepository",
+		Use:   "reconcile KIND/NAME",
+		Short: "Ask for an immediate reconciliation of a " + strings.Join(graph.Requestable(), ", "),
 		Long: `Set converge.dev/reconcile-requested-at on the object, so its controller
-reconciles it now instead of at its next interval, and wait for the result.
+reconciles it now instead of at its next interval, and wait until the
+controller has handled the request (status.lastHandledReconcileAt).
+KIND is one of: ` + strings.Join(graph.Requestable(), ", ") + ` (KIND NAME works too).
 A GitRepository fetches; a Sync applies its source's current artifact (to
-fetch and apply, reconcile the GitRepository).`,
-		Args: cobra.ExactArgs(2),
+fetch and apply, reconcile the GitRepository); a Database observes its
+server and corrects drift.`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := gitopscli.ParseKind(args[0])
-			if err != nil {
-				return err
-			}
 			c, ns, err := gitopsClient(g)
 			if err != nil {
 				return err
 			}
-			return gitopscli.Reconcile(cmd.Context(), c, cmd.OutOrStdout(), kind, types.NamespacedName{Namespace: ns, Name: args[1]}, timeout)
+			ref, err := reconcilecli.ParseArgs(args, ns)
+			if err != nil {
+				return err
+			}
+			return reconcilecli.Reconcile(cmd.Context(), c, cmd.OutOrStdout(), ref, timeout)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the result; 0 does not wait")
@@ -97,7 +104,7 @@ dry-run every object as the Sync would apply it: prints created (+),
 configured (~, with a diff) and pruned (-) objects. Changes nothing.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if k, err := gitopscli.ParseKind(args[0]); err != nil || k != gitopscli.KindSync {
+			if k, err := graph.ParseKind(args[0]); err != nil || k.Kind != "Sync" || k.Group != gitopsv1alpha1.GroupVersion.Group {
 				return fmt.Errorf("diff: only syncs can be diffed, not %q", args[0])
 			}
 			c, ns, err := gitopsClient(g)

@@ -3,14 +3,15 @@ package main
 import (
 	"github.com/spf13/pflag"
 
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/setup"
 )
 
 // addMachineFlags adds the Machine controller's and the providers' flags.
-func addMachineFlags(f *pflag.FlagSet, o *setup.MachineOptions) {
+func addMachineFlags(f *pflag.FlagSet, o *machineoptions.Machines) {
 	f.DurationVar(&o.DrainTimeout, "machine-drain-timeout", o.DrainTimeout, "how long the drain of a deleted Machine's Node may take before the deletion goes on (default 10m)")
-	f.StringVar(&o.StateDir, "machine-state-dir", o.StateDir, "QEMU VMs' pidfiles, QMP sockets and console logs (default "+setup.DefaultMachineStateDir+"; `up`: <data-dir>/machines)")
-	f.StringVar(&o.ImageDir, "machine-image-dir", o.ImageDir, "image store of QemuMachine spec.image (default "+setup.DefaultMachineImageDir+"; `up`: <data-dir>/images; `make images` fills it)")
+	f.StringVar(&o.StateDir, "machine-state-dir", o.StateDir, "QEMU VMs' pidfiles, QMP sockets and console logs (default "+machineoptions.DefaultMachineStateDir+"; `up`: <data-dir>/machines)")
+	f.StringVar(&o.ImageDir, "machine-image-dir", o.ImageDir, "image store of QemuMachine spec.image (default "+machineoptions.DefaultMachineImageDir+"; `up`: <data-dir>/images; `make images` fills it)")
 	f.StringVar(&o.Netns, "machine-netns", o.Netns, "network namespace for the bridges and taps of QemuMachine NICs (needs root); empty: QEMU user-mode networking")
 	f.StringVar(&o.QemuAccel, "machine-qemu-accel", o.QemuAccel, "QEMU accelerator for QemuMachines: kvm, tcg, or empty for KVM where the CPU advertises vmx/svm and /dev/kvm opens, else TCG")
 	f.IntVar(&o.NetbootHTTPPort, "netboot-http-port", o.NetbootHTTPPort, "port of the network boot HTTP server the DHCP agent runs on the server address of each IPPool with networkBoot, inside --machine-netns (default 8069)")
@@ -19,9 +20,9 @@ func addMachineFlags(f *pflag.FlagSet, o *setup.MachineOptions) {
 
 // addQemuMachinesModeFlags adds where QemuMachine VMs run (`run` only:
 // under `converge up` they always run in its process).
-func addQemuMachinesModeFlags(f *pflag.FlagSet, o *setup.MachineOptions) {
+func addQemuMachinesModeFlags(f *pflag.FlagSet, o *machineoptions.Machines) {
 	f.StringVar(&o.QemuMachines, "qemu-machines", o.QemuMachines, "where QemuMachine VMs run: manager (in this process, as converge up does) or agent (under the per-node 'converge agent machines' DaemonSet; the manager only binds QemuMachines to nodes with a heartbeating agent) (default manager)")
-	f.StringVar(&o.AgentLeaseNamespace, "machine-agent-lease-namespace", o.AgentLeaseNamespace, "namespace of the machine agents' heartbeat Leases, with --qemu-machines=agent (default "+setup.DefaultAgentLeaseNamespace+")")
+	f.StringVar(&o.AgentLeaseNamespace, "machine-agent-lease-namespace", o.AgentLeaseNamespace, "namespace of the machine agents' heartbeat Leases, with --qemu-machines=agent (default "+machineoptions.DefaultAgentLeaseNamespace+")")
 	f.DurationVar(&o.AgentCheckInterval, "machine-agent-check-interval", o.AgentCheckInterval, "how often the heartbeats of the machine agents are looked at again, with --qemu-machines=agent (default 5s)")
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/converge-dev/converge/internal/apibudget"
 	"github.com/converge-dev/converge/internal/bmc"
 	"github.com/converge-dev/converge/internal/controller/cainjector"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
@@ -151,10 +152,10 @@ func addPKIFlags(f *pflag.FlagSet, o *setup.Options, http01 string) {
 // addBudgetFlags adds --kube-api-qps and --kube-api-burst: one client-side
 // budget per controller (docs/architecture.md, "API budgets").
 func addBudgetFlags(f *pflag.FlagSet, o *setup.Options) {
-	f.Var(setup.QPSFlag(&o.KubeAPIQPS), "kube-api-qps",
+	f.Var(apibudget.QPSFlag(&o.KubeAPIQPS, setup.ControllerNames), "kube-api-qps",
 		"client-side queries per second to the API server: N for every controller (and the manager's own clients), name=N for one; "+
 			"comma separated, repeatable; N < 0 turns the client-side limit off. Defaults (QPS/burst): "+setup.DefaultsHelp())
-	f.Var(setup.BurstFlag(&o.KubeAPIBurst), "kube-api-burst",
+	f.Var(apibudget.BurstFlag(&o.KubeAPIBurst, setup.ControllerNames), "kube-api-burst",
 		"client-side burst of queries to the API server: N for every controller, name=N for one (as --kube-api-qps)")
 }
 

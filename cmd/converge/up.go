@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/converge-dev/converge/internal/localcp"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/up"
 )
@@ -55,7 +56,7 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 			if o.Manager.BackupDir == "" {
 				o.Manager.BackupDir = setup.LocalBackupDir(o.ControlPlane.DataDir)
 			}
-			state, images := setup.LocalMachineDirs(o.ControlPlane.DataDir)
+			state, images := machineoptions.LocalMachineDirs(o.ControlPlane.DataDir)
 			if o.Manager.Machines.StateDir == "" {
 				o.Manager.Machines.StateDir = state
 			}

@@ -79,6 +79,12 @@ type Kind struct {
 	// PodDisruptionBudget refuses (a Machine being deleted, an upgrade
 	// draining one); the graph links it to those budgets (BlockedBy).
 	Drains bool
+	// Requestable: the kind's controller honours the reconcile kit's
+	// RequestedAtAnnotation (pkg/reconcile) and records the value it handled
+	// in status.lastHandledReconcileAt, so `converge reconcile KIND/NAME`
+	// can ask for a reconcile and wait for it. A test holds this in step
+	// with the CRDs that declare the field.
+	Requestable bool
 }
 
 func gvk(group, kind string) schema.GroupVersionKind {
@@ -252,17 +258,17 @@ func serviceLinks(u *unstructured.Unstructured) []Link {
 
 // Kinds is the one table of what the graph knows, one entry per kind.
 var Kinds = []Kind{
-	{GVK: gvk("gitops.converge.dev", "Sync"), Aliases: []string{"syncs"}, Links: syncLinks,
+	{GVK: gvk("gitops.converge.dev", "Sync"), Aliases: []string{"syncs", "sy"}, Links: syncLinks, Requestable: true,
 		Next: func(n *Node) string {
 			if n.Reason == "PruneLimitExceeded" {
 				return hint("converge sync approve-prune %s -n %s", "NAME", "NS")(n)
 			}
 			return hint("converge reconcile sync %s -n %s", "NAME", "NS")(n)
 		}},
-	{GVK: gvk("gitops.converge.dev", "GitRepository"), Aliases: []string{"gitrepositories", "gitrepo"},
+	{GVK: gvk("gitops.converge.dev", "GitRepository"), Aliases: []string{"gitrepositories", "gitrepo"}, Requestable: true,
 		Links: func(u *unstructured.Unstructured) []Link { return secretAt(u, "spec", "secretRef", "name") },
 		Next:  hint("converge reconcile gitrepository %s -n %s", "NAME", "NS")},
-	{GVK: gvk("sql.converge.dev", "Database"), Aliases: []string{"databases", "db"},
+	{GVK: gvk("sql.converge.dev", "Database"), Aliases: []string{"databases", "db", "sqldb"}, Requestable: true,
 		Links: func(u *unstructured.Unstructured) []Link {
 			out := typedRef(u, "spec", "instanceRef")
 			if n := str(u, "spec", "restoreFrom", "name"); n != "" {
@@ -331,6 +337,25 @@ func lookup(group, kind string) *Kind {
 		}
 	}
 	return nil
+}
+
+// Requestable lists the kinds whose controllers honour the reconcile kit's
+// RequestedAtAnnotation (Kind.Requestable), as their lower-case names.
+func Requestable() []string {
+	var out []string
+	for _, k := range Kinds {
+		if k.Requestable {
+			out = append(out, strings.ToLower(k.GVK.Kind))
+		}
+	}
+	return out
+}
+
+// IsRequestable reports whether gvk's controller honours the reconcile
+// kit's RequestedAtAnnotation (Kind.Requestable).
+func IsRequestable(gvk schema.GroupVersionKind) bool {
+	k := lookup(gvk.Group, gvk.Kind)
+	return k != nil && k.Requestable
 }
 
 // ParseKind resolves a kind as a person types it (Database, database,

@@ -37,7 +37,7 @@ import (
 	lbv1alpha1 "github.com/converge-dev/converge/api/lb/v1alpha1"
 	"github.com/converge-dev/converge/internal/lbdataplane"
 	"github.com/converge-dev/converge/internal/netns"
-	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes;services;endpoints,verbs=get;list;watch
@@ -153,7 +153,7 @@ const (
 func withBudget(cfg *rest.Config, qps float32, burst int, ua string) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, qps, burst
-	cfg.UserAgent = setup.UserAgent(ua)
+	cfg.UserAgent = useragent.For(ua)
 	return cfg
 }
 

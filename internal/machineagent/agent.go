@@ -26,8 +26,9 @@ import (
 
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/qemu"
-	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // The agent's rights (config/rbac/machineagent, the chart's machine agent
@@ -56,9 +57,9 @@ type Config struct {
 	NodeName string
 	// Machines configures the VM host (StateDir, ImageDir, Netns,
 	// QemuBinary, QemuAccel, PowerDownGrace); the defaults are the
-	// manager's (setup.DefaultMachineStateDir, ...). StopVMsOnExit is
+	// manager's (machineoptions.DefaultMachineStateDir, ...). StopVMsOnExit is
 	// refused: an agent never stops a VM when it exits.
-	Machines setup.MachineOptions
+	Machines machineoptions.Machines
 	// LeaseNamespace holds the heartbeat Lease.
 	LeaseNamespace string
 	// LeaseDuration and RenewInterval time the heartbeat; the Default*
@@ -80,7 +81,7 @@ func Run(ctx context.Context, c Config) error {
 		return errors.New("machine agent: StopVMsOnExit is refused: an agent never stops VMs when it exits")
 	}
 	if c.LeaseNamespace == "" {
-		c.LeaseNamespace = setup.DefaultAgentLeaseNamespace
+		c.LeaseNamespace = machineoptions.DefaultAgentLeaseNamespace
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
@@ -93,10 +94,10 @@ func Run(ctx context.Context, c Config) error {
 	}
 	m := c.Machines
 	if m.StateDir == "" {
-		m.StateDir = setup.DefaultMachineStateDir
+		m.StateDir = machineoptions.DefaultMachineStateDir
 	}
 	if m.ImageDir == "" {
-		m.ImageDir = setup.DefaultMachineImageDir
+		m.ImageDir = machineoptions.DefaultMachineImageDir
 	}
 	switch m.QemuAccel {
 	case qemu.AccelAuto, qemu.AccelKVM, qemu.AccelTCG:
@@ -104,7 +105,7 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("--machine-qemu-accel=%q: want kvm, tcg or empty (automatic)", m.QemuAccel)
 	}
 	cfg := rest.CopyConfig(c.RESTConfig)
-	cfg.UserAgent = setup.UserAgent("machineagent")
+	cfg.UserAgent = useragent.For("machineagent")
 	probe := c.HealthProbeBindAddress
 	if probe == "" {
 		probe = "0"

@@ -25,11 +25,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/converge-dev/converge/internal/setup"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/internal/leaderfence"
 )
 
 // Request is one request a replica sent.
@@ -39,7 +39,7 @@ type Request struct {
 	// Method and Path are the HTTP method and URL path.
 	Method, Path string
 	// FenceChecked is when the write passed the replica's leader fence (its
-	// setup.FenceCheckedHeader); zero when it carried none.
+	// leaderfence.FenceCheckedHeader); zero when it carried none.
 	FenceChecked time.Time
 }
 
@@ -96,7 +96,7 @@ func StartProxy(cfg *rest.Config) (*Proxy, error) {
 	}
 	p.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
-		checked, _ := time.Parse(time.RFC3339Nano, r.Header.Get(setup.FenceCheckedHeader))
+		checked, _ := time.Parse(time.RFC3339Nano, r.Header.Get(leaderfence.FenceCheckedHeader))
 		p.log = append(p.log, Request{Time: time.Now(), Method: r.Method, Path: r.URL.Path, FenceChecked: checked})
 		p.mu.Unlock()
 		rp.ServeHTTP(w, r)

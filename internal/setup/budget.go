@@ -4,19 +4,19 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/converge-dev/converge/internal/apibudget"
+	"github.com/converge-dev/converge/internal/eventgate"
+	"github.com/converge-dev/converge/internal/leaderfence"
 	"github.com/converge-dev/converge/internal/secretcache"
+	"github.com/converge-dev/converge/internal/useragent"
 
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
@@ -38,34 +38,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/qemumachine"
 	"github.com/converge-dev/converge/internal/controller/sqlinstance"
 	syncctrl "github.com/converge-dev/converge/internal/controller/sync"
-	"github.com/converge-dev/converge/internal/version"
 )
-
-// Budget is a client-side limit on the API requests of one controller: a
-// token bucket of Burst tokens refilled at QPS tokens per second, shared by
-// every request the controller makes (all kinds, cached client, API reader,
-// and clients derived from its rest.Config, such as impersonating ones). A
-// QPS below zero turns the client-side limit off, leaving the sharing to
-// the API server's Priority and Fairness.
-type Budget struct {
-	QPS   float32
-	Burst int
-}
-
-// Unlimited returns whether the budget turns the client-side limit off.
-func (b Budget) Unlimited() bool { return b.QPS < 0 }
-
-func (b Budget) String() string {
-	if b.Unlimited() {
-		return "unlimited"
-	}
-	return fmt.Sprintf("%s QPS, burst %d", strconv.FormatFloat(float64(b.QPS), 'f', -1, 32), b.Burst)
-}
-
-// ManagerBudget is the default budget of the manager's own clients (the
-// shared informers' list and watch, events, leader election, the webhook
-// certificate, the push receiver): kube-controller-manager's defaults.
-var ManagerBudget = Budget{QPS: 20, Burst: 30}
 
 // defaultBudgets are the per-controller defaults, taken from the anchor of
 // each kind of work (docs/architecture.md, "API budgets"):
@@ -87,7 +60,7 @@ var ManagerBudget = Budget{QPS: 20, Burst: 30}
 //     per health check; 10 / 20;
 //   - machine, kwokmachine: Cluster API's manager defaults, 20 / 30;
 //   - qemumachine: a few writes per VM, whose boot is the slow part; 10 / 20.
-var defaultBudgets = map[string]Budget{
+var defaultBudgets = map[string]apibudget.Budget{
 	gitrepository.ControllerName:       {QPS: 50, Burst: 100},
 	syncctrl.ControllerName:            {QPS: 500, Burst: 1000},
 	basicdeployment.ControllerName:     {QPS: 20, Burst: 30},
@@ -131,19 +104,19 @@ var defaultBudgets = map[string]Budget{
 	dhcpagentdeployment.ControllerName: {QPS: 10, Burst: 20},
 }
 
-// DefaultBudget is the built-in budget of a controller, or ManagerBudget for
+// DefaultBudget is the built-in budget of a controller, or apibudget.Manager for
 // "" (the manager's own clients) and unknown names.
-func DefaultBudget(name string) Budget {
+func DefaultBudget(name string) apibudget.Budget {
 	if b, ok := defaultBudgets[name]; ok {
 		return b
 	}
-	return ManagerBudget
+	return apibudget.Manager
 }
 
 // Budget resolves the budget of a controller ("" for the manager's own
 // clients): its built-in default, overridden by the flags' default (key
 // ""), overridden by the flags' entry for its name.
-func (o Options) Budget(name string) Budget {
+func (o Options) Budget(name string) apibudget.Budget {
 	b := DefaultBudget(name)
 	if q, ok := o.KubeAPIQPS[""]; ok {
 		b.QPS = q
@@ -186,37 +159,10 @@ func validateBudgets(o Options) error {
 	return nil
 }
 
-// UserAgent is the User-Agent of a controller's requests. The API server
-// records the part before the first "/" as the field manager of writes that
-// name none, so it follows the converge-<controller> naming of the field
-// managers.
-func UserAgent(controller string) string {
-	return fmt.Sprintf("converge-%s/%s (%s/%s)", controller, version.Get(), runtime.GOOS, runtime.GOARCH)
-}
-
-// FieldOwner is the field manager of the writes of the controller named
-// controller that do not name their own: converge-<controller>, as its
-// User-Agent.
-func FieldOwner(controller string) string { return "converge-" + controller }
-
-// restConfigFor is cfg with the budget's rate limiter (a new token bucket,
-// shared by everything built from the returned config or a copy of it) and
-// the User-Agent.
-func restConfigFor(cfg *rest.Config, b Budget, userAgent string) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = userAgent
-	cfg.QPS, cfg.Burst = b.QPS, b.Burst
-	cfg.RateLimiter = nil
-	if !b.Unlimited() {
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(b.QPS, b.Burst)
-	}
-	return cfg
-}
-
 // ControllerAPI is one controller's own connection to the API server.
 type ControllerAPI struct {
 	// Budget is the controller's budget.
-	Budget Budget
+	Budget apibudget.Budget
 	// Config carries the controller's User-Agent and its RateLimiter; a
 	// client built from a copy (rest.CopyConfig keeps the limiter) spends
 	// the same budget.
@@ -235,7 +181,7 @@ type ControllerAPI struct {
 type controllerManager struct {
 	ctrl.Manager
 	api    *ControllerAPI
-	events *eventGate
+	events *eventgate.Gate
 }
 
 func (m *controllerManager) GetClient() client.Client    { return m.api.Client }
@@ -244,18 +190,18 @@ func (m *controllerManager) GetConfig() *rest.Config     { return m.api.Config }
 func (m *controllerManager) GetHTTPClient() *http.Client { return m.api.HTTPClient }
 
 // GetEventRecorder returns the manager's recorder behind the event gate
-// (events.go): Events are handed on no faster than they are sent.
+// (internal/eventgate): Events are handed on no faster than they are sent.
 func (m *controllerManager) GetEventRecorder(name string) recorder.EventRecorder {
-	return m.events.recorder(m.Manager.GetEventRecorder(name))
+	return m.events.Recorder(m.Manager.GetEventRecorder(name))
 }
 
 // newControllerAPI builds a controller's clients: writes and uncached reads
 // go out with its own rate limiter and User-Agent; cached reads come from
 // the manager's shared cache. Writes pass the leader fence f (nil: none),
 // and so do those of every client built from a copy of Config.
-func newControllerAPI(mgr ctrl.Manager, name string, b Budget, f *Fence) (*ControllerAPI, error) {
-	cfg := restConfigFor(mgr.GetConfig(), b, UserAgent(name))
-	fenceConfig(cfg, f)
+func newControllerAPI(mgr ctrl.Manager, name string, b apibudget.Budget, f *leaderfence.Fence) (*ControllerAPI, error) {
+	cfg := apibudget.RESTConfig(mgr.GetConfig(), b, useragent.For(name))
+	leaderfence.Config(cfg, f)
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the HTTP client of controller %s: %w", name, err)
@@ -278,7 +224,7 @@ func newControllerAPI(mgr ctrl.Manager, name string, b Budget, f *Fence) (*Contr
 	}
 	// Its writes name it as their field manager (managedFields), also those
 	// that do not say so themselves: the kit's status and finalizer patches.
-	c = client.WithFieldOwner(c, FieldOwner(name))
+	c = client.WithFieldOwner(c, useragent.FieldOwner(name))
 	return &ControllerAPI{Budget: b, Config: cfg, HTTPClient: hc, Client: c, APIReader: r}, nil
 }
 
@@ -289,69 +235,6 @@ func clientOptions() client.Options {
 	return client.Options{Cache: &client.CacheOptions{Unstructured: false}}
 }
 
-// QPSFlag is the pflag.Value of --kube-api-qps: "N" sets the default of
-// every controller and of the manager's own clients, "name=N" one
-// controller's; comma separated and repeatable.
-func QPSFlag(m *map[string]float32) pflag.Value {
-	return &budgetFlag[float32]{flag: "--kube-api-qps", m: m, parse: func(s string) (float32, error) {
-		f, err := strconv.ParseFloat(s, 32)
-		return float32(f), err
-	}}
-}
-
-// BurstFlag is the pflag.Value of --kube-api-burst, as QPSFlag.
-func BurstFlag(m *map[string]int) pflag.Value {
-	return &budgetFlag[int]{flag: "--kube-api-burst", m: m, parse: strconv.Atoi}
-}
-
-type budgetFlag[T float32 | int] struct {
-	flag  string
-	m     *map[string]T
-	parse func(string) (T, error)
-}
-
-func (f *budgetFlag[T]) Set(s string) error {
-	if *f.m == nil {
-		*f.m = map[string]T{}
-	}
-	known := ControllerNames()
-	for part := range strings.SplitSeq(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, val, named := strings.Cut(part, "=")
-		if !named {
-			name, val = "", part
-		}
-		name = strings.TrimSpace(name)
-		if named && !slices.Contains(known, name) {
-			return fmt.Errorf("%s: unknown controller %q (known: %s)", f.flag, name, strings.Join(known, ", "))
-		}
-		v, err := f.parse(strings.TrimSpace(val))
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a number: %w", f.flag, part, err)
-		}
-		(*f.m)[name] = v
-	}
-	return nil
-}
-
-func (f *budgetFlag[T]) String() string {
-	keys := slices.Sorted(maps.Keys(*f.m))
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
-		if k == "" {
-			out = append(out, fmt.Sprint((*f.m)[k]))
-		} else {
-			out = append(out, fmt.Sprintf("%s=%v", k, (*f.m)[k]))
-		}
-	}
-	return strings.Join(out, ",")
-}
-
-func (f *budgetFlag[T]) Type() string { return "[name=]N" }
-
 // DefaultsHelp lists the built-in budgets for --help: "name=QPS/burst".
 func DefaultsHelp() string {
 	out := make([]string, 0, len(defaultBudgets)+1)
@@ -359,5 +242,5 @@ func DefaultsHelp() string {
 		b := DefaultBudget(n)
 		out = append(out, fmt.Sprintf("%s=%v/%d", n, b.QPS, b.Burst))
 	}
-	return strings.Join(append(out, fmt.Sprintf("manager=%v/%d", ManagerBudget.QPS, ManagerBudget.Burst)), ", ")
+	return strings.Join(append(out, fmt.Sprintf("manager=%v/%d", apibudget.Manager.QPS, apibudget.Manager.Burst)), ", ")
 }

@@ -2,17 +2,22 @@ package setup_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // newUnstartedManager builds (without starting) a manager against the suite's
@@ -117,4 +122,63 @@ func TestUnknownBudgetNameIsRefused(t *testing.T) {
 	o.KubeAPIQPS = map[string]float32{"deployment": 5}
 	_, err := setup.New(t.Context(), &rest.Config{Host: "https://127.0.0.1:1"}, o)
 	g.Expect(err).To(MatchError(ContainSubstring(`--kube-api-qps: unknown controller "deployment"`)))
+}
+
+// fieldManagers records, per User-Agent product (converge-<controller>),
+// the fieldManager query parameter of each write.
+type fieldManagers struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+func (f *fieldManagers) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			product, _, _ := strings.Cut(req.Header.Get("User-Agent"), "/")
+			f.mu.Lock()
+			f.got[product] = append(f.got[product], req.Method+" fieldManager="+req.URL.Query().Get("fieldManager"))
+			f.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestControllerWritesNameTheirFieldOwner: every write of a controller's
+// client names the controller as its field manager, also a write that
+// names none itself (the kit's status and finalizer patches). The API
+// server would fall back to the User-Agent, which says the same, so what
+// the server records cannot tell whether the client named it: the request
+// on the wire can. Without client.WithFieldOwner in newControllerAPI the
+// writes carry no fieldManager and this fails.
+func TestControllerWritesNameTheirFieldOwner(t *testing.T) {
+	testenv.Need(t, env)
+	g := NewWithT(t)
+	rec := &fieldManagers{got: map[string][]string{}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = rec.wrap
+	o := setup.DefaultOptions()
+	o.MetricsBindAddress, o.HealthProbeBindAddress, o.SecureMetrics = "0", "0", false
+	o.Webhook.Disabled = true
+	o.SkipControllerNameValidation = true
+	o.GitOps.CacheDir = t.TempDir()
+	cv, err := setup.New(t.Context(), cfg, o)
+	g.Expect(err).NotTo(HaveOccurred())
+	ns := env.NewNamespace(t)
+	for name, api := range cv.APIs {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fo-" + name}}
+		g.Expect(api.Client.Create(t.Context(), cm)).To(Succeed())
+		p := client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"v"}}`))
+		g.Expect(api.Client.Patch(t.Context(), cm, p)).To(Succeed())
+		empty := client.RawPatch(types.MergePatchType, []byte(`{}`))
+		g.Expect(api.Client.Status().Patch(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, empty)).To(Succeed())
+		want := "fieldManager=" + useragent.FieldOwner(name)
+		rec.mu.Lock()
+		got := rec.got["converge-"+name]
+		rec.mu.Unlock()
+		g.Expect(got).To(Equal([]string{"POST " + want, "PATCH " + want, "PATCH " + want}), "controller %s", name)
+	}
 }

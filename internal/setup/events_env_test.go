@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/eventgate"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -100,7 +100,7 @@ func TestEventsBeyondTheQueueAreDropped(t *testing.T) {
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		for i := range setup.EventQueueLength + 10 {
+		for i := range eventgate.QueueLength + 10 {
 			rec.Eventf(cm, nil, corev1.EventTypeNormal, "Queued", "Check", "event %d", i)
 		}
 	}()

@@ -1,17 +1,8 @@
 package setup
 
 import (
-	"time"
-
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
-
-// FenceConfig exposes fenceConfig to the external tests.
-func FenceConfig(cfg *rest.Config, f *Fence) { fenceConfig(cfg, f) }
-
-// Renewed exposes renewed to the external tests.
-func (f *Fence) Renewed(t time.Time) { f.renewed(t) }
 
 // EventRecorder is the recorder a controller named name gets from the
 // manager (behind the event gate).

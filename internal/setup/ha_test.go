@@ -1,7 +1,6 @@
 package setup_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/gitops/gittest"
+	"github.com/converge-dev/converge/internal/leaderfence"
 	"github.com/converge-dev/converge/internal/replicas"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -43,7 +43,7 @@ func TestUnsafeLeaderElectionTimingsAreRefused(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(tt.lease, tt.renew, tt.retry), func(t *testing.T) {
 			g := NewWithT(t)
-			err := setup.LeaderElectionTimings{LeaseDuration: tt.lease, RenewDeadline: tt.renew, RetryPeriod: tt.retry}.Validate()
+			err := leaderfence.Timings{LeaseDuration: tt.lease, RenewDeadline: tt.renew, RetryPeriod: tt.retry}.Validate()
 			if tt.want == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -51,46 +51,11 @@ func TestUnsafeLeaderElectionTimingsAreRefused(t *testing.T) {
 			g.Expect(err).To(MatchError(ContainSubstring(tt.want)))
 			o := setup.DefaultOptions()
 			o.LeaderElection = true
-			o.LeaderElectionTimings = setup.LeaderElectionTimings{LeaseDuration: tt.lease, RenewDeadline: tt.renew, RetryPeriod: tt.retry}
+			o.LeaderElectionTimings = leaderfence.Timings{LeaseDuration: tt.lease, RenewDeadline: tt.renew, RetryPeriod: tt.retry}
 			_, err = setup.New(t.Context(), &rest.Config{Host: "https://127.0.0.1:1"}, o)
 			g.Expect(err).To(MatchError(ContainSubstring(tt.want)), "setup.New must refuse them too")
 		})
 	}
-}
-
-// TestFenceGatesWrites: behind the fence a write passes only while the
-// last successful renewal was sent less than the renew deadline ago, also
-// through an impersonating copy of the config; reads always pass.
-func TestFenceGatesWrites(t *testing.T) {
-	testenv.Need(t, env)
-	g := NewWithT(t)
-	ns := env.NewNamespace(t)
-	f := setup.NewFence(time.Second)
-	cfg := rest.CopyConfig(env.Config)
-	setup.FenceConfig(cfg, f)
-	c, err := client.New(cfg, client.Options{})
-	g.Expect(err).NotTo(HaveOccurred())
-	imp := rest.CopyConfig(cfg)
-	imp.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":default"}
-	ic, err := client.New(imp, client.Options{})
-	g.Expect(err).NotTo(HaveOccurred())
-	cm := func(name string) *corev1.ConfigMap {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	}
-
-	g.Expect(c.Create(t.Context(), cm("never-leader"))).To(MatchError(ContainSubstring("write fence")), "closed before the first renewal")
-	g.Expect(errors.Is(c.Create(t.Context(), cm("never-leader")), setup.ErrFenced)).To(BeTrue())
-	g.Expect(c.List(t.Context(), &corev1.ConfigMapList{}, client.InNamespace(ns))).To(Succeed(), "reads pass")
-
-	f.Renewed(time.Now())
-	g.Expect(c.Create(t.Context(), cm("leader"))).To(Succeed())
-	f.Renewed(time.Now().Add(-1100 * time.Millisecond)) // older renewals never move the fence back
-	g.Expect(c.Create(t.Context(), cm("still-leader"))).To(Succeed())
-
-	time.Sleep(1100 * time.Millisecond) // the renew deadline passes without a renewal
-	g.Expect(c.Create(t.Context(), cm("stale"))).To(MatchError(ContainSubstring("write fence")))
-	g.Expect(ic.Create(t.Context(), cm("stale-impersonated"))).To(MatchError(ContainSubstring("write fence")))
-	g.Expect(c.Delete(t.Context(), cm("leader"))).To(MatchError(ContainSubstring("write fence")))
 }
 
 // haCluster is two `converge run --leader-elect` processes serving shard
@@ -328,7 +293,7 @@ func TestShardsElectTheirOwnLeaders(t *testing.T) {
 	g.Expect(ptr.Deref(lease(g, "a").Spec.HolderIdentity, "")).To(BeEmpty(), "the stopped shard leader released its Lease")
 	testenv.Eventually(g, func(g Gomega) {
 		b := lease(g, "b")
-		g.Expect(b.Spec.RenewTime.After(before.Spec.RenewTime.Add(setup.DefaultLeaseDuration))).To(BeTrue(), "b keeps renewing")
+		g.Expect(b.Spec.RenewTime.After(before.Spec.RenewTime.Add(leaderfence.DefaultLeaseDuration))).To(BeTrue(), "b keeps renewing")
 		g.Expect(*b.Spec.HolderIdentity).To(Equal(holderB))
 		g.Expect(ptr.Deref(b.Spec.LeaseTransitions, 0)).To(Equal(ptr.Deref(before.Spec.LeaseTransitions, 0)))
 	}).Should(Succeed())

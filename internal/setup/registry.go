@@ -31,6 +31,7 @@ import (
 	"github.com/converge-dev/converge/internal/git"
 	"github.com/converge-dev/converge/internal/gitops/artifact"
 	"github.com/converge-dev/converge/internal/gitops/render"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/qemu"
 	webhookbmc "github.com/converge-dev/converge/internal/webhook/bmc"
 	webhookdhcp "github.com/converge-dev/converge/internal/webhook/dhcp"
@@ -117,19 +118,19 @@ var controllers = []controller{
 	}},
 	{name: qemumachine.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		m := o.Machines
-		if m.QemuMachines == QemuMachinesAgent {
+		if m.QemuMachines == machineoptions.QemuMachinesAgent {
 			// The VMs run under the machine agents: bind, never run.
 			ns := m.AgentLeaseNamespace
 			if ns == "" {
-				ns = DefaultAgentLeaseNamespace
+				ns = machineoptions.DefaultAgentLeaseNamespace
 			}
 			return (&qemumachine.Scheduler{LeaseNamespace: ns, CheckInterval: m.AgentCheckInterval}).SetupWithManager(mgr)
 		}
 		if m.StateDir == "" {
-			m.StateDir = DefaultMachineStateDir
+			m.StateDir = machineoptions.DefaultMachineStateDir
 		}
 		if m.ImageDir == "" {
-			m.ImageDir = DefaultMachineImageDir
+			m.ImageDir = machineoptions.DefaultMachineImageDir
 		}
 		return (&qemumachine.Reconciler{
 			Host:           &qemu.Host{StateDir: m.StateDir, ImageDir: m.ImageDir, Netns: m.Netns, Binary: m.QemuBinary, Accel: m.QemuAccel},
@@ -146,7 +147,7 @@ var controllers = []controller{
 		}
 		images := o.Machines.ImageDir
 		if images == "" {
-			images = DefaultMachineImageDir
+			images = machineoptions.DefaultMachineImageDir
 		}
 		return (&dhcpagent.Reconciler{Netns: o.Machines.Netns, ImageDir: images, NetBootPort: o.Machines.NetbootHTTPPort}).SetupWithManager(mgr)
 	}},

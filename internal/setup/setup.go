@@ -57,8 +57,11 @@ import (
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/dhcpagentdeployment"
+	"github.com/converge-dev/converge/internal/eventgate"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
+	"github.com/converge-dev/converge/internal/leaderfence"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/sharding"
@@ -114,9 +117,10 @@ type Options struct {
 	// LeaderElectionID names the Lease; the shard key is appended.
 	LeaderElectionID string
 	// LeaderElectionTimings are the Lease's timings (validated: see
-	// LeaderElectionTimings.Validate). Controller writes are fenced by the
-	// Lease, and standbys warm their caches before they win.
-	LeaderElectionTimings LeaderElectionTimings
+	// leaderfence.Timings.Validate). Controller writes are fenced by the
+	// Lease (internal/leaderfence), and standbys warm their caches before
+	// they win.
+	LeaderElectionTimings leaderfence.Timings
 
 	// Webhook configures the admission webhook server.
 	Webhook WebhookOptions
@@ -165,7 +169,7 @@ type Options struct {
 	SQLInstanceHealthInterval time.Duration
 
 	// Machines configures the Machine controller and the machine providers.
-	Machines MachineOptions
+	Machines machineoptions.Machines
 	// DHCPAgent configures cluster mode of the DHCP agent.
 	DHCPAgent DHCPAgentOptions
 	// BMC configures the virtual BMCs.
@@ -309,10 +313,10 @@ func DefaultOptions() Options {
 		SecureMetrics:          true,
 		HealthProbeBindAddress: ":8081",
 		LeaderElectionID:       "converge-manager",
-		LeaderElectionTimings: LeaderElectionTimings{
-			LeaseDuration: DefaultLeaseDuration,
-			RenewDeadline: DefaultRenewDeadline,
-			RetryPeriod:   DefaultRetryPeriod,
+		LeaderElectionTimings: leaderfence.Timings{
+			LeaseDuration: leaderfence.DefaultLeaseDuration,
+			RenewDeadline: leaderfence.DefaultRenewDeadline,
+			RetryPeriod:   leaderfence.DefaultRetryPeriod,
 		},
 		GracefulShutdownTimeout:    30 * time.Second,
 		BackupDir:                  DefaultBackupDir,
@@ -364,9 +368,9 @@ type Converge struct {
 	APIs map[string]*ControllerAPI
 	// Fence gates every controller write on the leader Lease; nil without
 	// leader election.
-	Fence *Fence
+	Fence *leaderfence.Fence
 
-	events *eventGate
+	events *eventgate.Gate
 }
 
 // New builds the manager: it validates options, loads (or issues) the webhook
@@ -385,9 +389,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 		return nil, fmt.Errorf("--machine-qemu-accel=%q: want kvm, tcg or empty (automatic)", o.Machines.QemuAccel)
 	}
 	switch o.Machines.QemuMachines {
-	case "", QemuMachinesManager, QemuMachinesAgent:
+	case "", machineoptions.QemuMachinesManager, machineoptions.QemuMachinesAgent:
 	default:
-		return nil, fmt.Errorf("--qemu-machines=%q: want %s or %s", o.Machines.QemuMachines, QemuMachinesManager, QemuMachinesAgent)
+		return nil, fmt.Errorf("--qemu-machines=%q: want %s or %s", o.Machines.QemuMachines, machineoptions.QemuMachinesManager, machineoptions.QemuMachinesAgent)
 	}
 	if p := o.Machines.NetbootHTTPPort; p < 0 || p > 65535 {
 		return nil, fmt.Errorf("--netboot-http-port=%d: want a TCP port (1-65535), or 0 for the default 8069", p)
@@ -424,14 +428,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	if o.SkipControllerNameValidation {
 		mopts.Controller.SkipNameValidation = &o.SkipControllerNameValidation
 	}
-	var fence *Fence
+	var fence *leaderfence.Fence
 	if o.LeaderElection {
 		t := o.LeaderElectionTimings
 		if err := t.Validate(); err != nil {
 			return nil, err
 		}
-		fence = NewFence(t.RenewDeadline)
-		lock, err := newLeaseLock(cfg, o.LeaderElectionNamespace, leaderElectionID(o), t, fence)
+		fence = leaderfence.NewFence(t.RenewDeadline)
+		lock, err := leaderfence.NewLeaseLock(cfg, o.LeaderElectionNamespace, leaderElectionID(o), t, fence)
 		if err != nil {
 			return nil, err
 		}
@@ -529,8 +533,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 		}
 	}
 	// The controllers' Events wait in a bounded queue, not in a goroutine
-	// each (events.go); they are sent with the manager's budget.
-	gate := newEventGate(scheme, o.Budget(""))
+	// each (internal/eventgate); they are sent with the manager's budget.
+	gate := eventgate.New(scheme, o.Budget(""))
 	if err := mgr.Add(gate); err != nil {
 		return nil, err
 	}

@@ -114,7 +114,8 @@ func TestVerbsThroughTheBinary(t *testing.T) {
 	fails("not found", "diff", "sync", "missing")
 	fails("not found", "cert", "status", "missing")
 	fails("not found", "machine", "power", "off", "missing")
-	fails("accepts 2 arg(s), received 1", "reconcile", "sync")
+	fails("want KIND/NAME, for example", "reconcile", "sync")
+	fails("accepts between 1 and 2 arg(s), received 0", "reconcile")
 	g.Expect(ok("machine", "list")).NotTo(ContainSubstring("error"))
 
 	// A kubeconfig that does not exist is named.

@@ -38,6 +38,6 @@ func run(m *testing.M) int {
 	machineNetns, imageStore, stateDir = nb.Netns, nb.ImageStore, nb.StateDir
 	return testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
 		o.Controllers = []string{"ippool", "dhcp-agent", "machine", "qemumachine"}
-		nb.Options(o)
+		nb.Machines(&o.Machines)
 	}}, &env)
 }

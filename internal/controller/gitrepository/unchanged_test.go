@@ -11,8 +11,8 @@ import (
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
 	"github.com/converge-dev/converge/internal/controller/gitrepository"
 	"github.com/converge-dev/converge/internal/gitops/gittest"
-	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
+	"github.com/converge-dev/converge/internal/useragent"
 )
 
 // TestUnchangedRepositoryWritesNoStatus: reconciling a Ready GitRepository
@@ -46,7 +46,7 @@ func TestUnchangedRepositoryWritesNoStatus(t *testing.T) {
 
 // TestStatusWriteNamesController: the status the kit's StatusPatcher writes
 // is owned, in managedFields, by the controller's field manager
-// (setup.FieldOwner) and by no other manager. The API server's default
+// (useragent.FieldOwner) and by no other manager. The API server's default
 // manager (the User-Agent's prefix, converge-<name> as well) gives the same
 // name, so this fails when a status write goes out under another client or
 // manager name, not when only the explicit field owner is dropped.
@@ -69,6 +69,6 @@ func TestStatusWriteNamesController(t *testing.T) {
 				managers = append(managers, f.Manager)
 			}
 		}
-		g.Expect(managers).To(ConsistOf(setup.FieldOwner(gitrepository.ControllerName)))
+		g.Expect(managers).To(ConsistOf(useragent.FieldOwner(gitrepository.ControllerName)))
 	}).Should(Succeed())
 }

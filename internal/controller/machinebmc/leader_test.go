@@ -14,6 +14,7 @@ import (
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	"github.com/converge-dev/converge/internal/bmc/ipmi"
+	"github.com/converge-dev/converge/internal/leaderfence"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
 )
@@ -35,7 +36,7 @@ func TestOnlyTheLeaderServes(t *testing.T) {
 		o.LeaderElection = true
 		o.LeaderElectionNamespace = ns
 		o.LeaderElectionID = "bmc-ha"
-		o.LeaderElectionTimings = setup.LeaderElectionTimings{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond}
+		o.LeaderElectionTimings = leaderfence.Timings{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	}
 	stopA := env.StartManager(t, replica)
 	defer func() { _ = stopA() }()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -56,6 +57,6 @@ func run(m *testing.M) int {
 	}}, &env)
 }
 
-func machineOptions(state string) setup.MachineOptions {
-	return setup.MachineOptions{StateDir: state, ImageDir: imageDir, PowerDownGrace: 500 * time.Millisecond}
+func machineOptions(state string) machineoptions.Machines {
+	return machineoptions.Machines{StateDir: state, ImageDir: imageDir, PowerDownGrace: 500 * time.Millisecond}
 }

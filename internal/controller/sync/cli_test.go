@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/internal/gitopscli"
+	"github.com/converge-dev/converge/internal/reconcilecli"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -46,7 +47,9 @@ func TestCLIDiffAndReconcile(t *testing.T) {
 	expectCM(t, g, ns, "a", map[string]string{"v": "1"}) // a dry run changes nothing
 
 	out.Reset()
-	g.Expect(gitopscli.Reconcile(t.Context(), env.Client, &out, gitopscli.KindGitRepository, client.ObjectKeyFromObject(gr), testenvTimeout)).To(Succeed())
+	ref, err := reconcilecli.ParseArgs([]string{"gitrepository/" + gr.Name}, ns)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(reconcilecli.Reconcile(t.Context(), env.Client, &out, ref, testenvTimeout)).To(Succeed())
 	g.Expect(out.String()).To(ContainSubstring(h2))
 	waitApplied(t, g, ns, "app", h2)
 	expectCM(t, g, ns, "a", map[string]string{"v": "2"})

@@ -16,9 +16,9 @@ import (
 	"path/filepath"
 	"time"
 
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/netns"
 	"github.com/converge-dev/converge/internal/qemu"
-	"github.com/converge-dev/converge/internal/setup"
 )
 
 // Images the suites boot: the base test image, and one made from it that
@@ -59,13 +59,14 @@ func New(tag string) (*Suite, error) {
 	return s, nil
 }
 
-// Options sets the manager's machine options: the store, the state
-// directory, the namespace, and a short power-down grace.
-func (s *Suite) Options(o *setup.Options) {
-	o.Machines.ImageDir = s.ImageStore
-	o.Machines.StateDir = s.StateDir
-	o.Machines.PowerDownGrace = 500 * time.Millisecond
-	o.Machines.Netns = s.Netns
+// Machines sets the manager's machine options (setup.Options.Machines):
+// the store, the state directory, the namespace, and a short power-down
+// grace.
+func (s *Suite) Machines(m *machineoptions.Machines) {
+	m.ImageDir = s.ImageStore
+	m.StateDir = s.StateDir
+	m.PowerDownGrace = 500 * time.Millisecond
+	m.Netns = s.Netns
 }
 
 // Host is a qemu.Host over the suite's VMs (to read consoles and, in

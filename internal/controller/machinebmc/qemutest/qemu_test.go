@@ -23,6 +23,7 @@ import (
 	bmcv1alpha1 "github.com/converge-dev/converge/api/bmc/v1alpha1"
 	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
 	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
+	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/qemu"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/testenv"
@@ -66,7 +67,7 @@ func run(m *testing.M) int {
 	defer (&qemu.Host{StateDir: stateDir}).StopAll()
 	return testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
 		o.Controllers = []string{"machine", "qemumachine", "machinebmc"}
-		o.Machines = setup.MachineOptions{StateDir: stateDir, ImageDir: imageDir, PowerDownGrace: 500 * time.Millisecond}
+		o.Machines = machineoptions.Machines{StateDir: stateDir, ImageDir: imageDir, PowerDownGrace: 500 * time.Millisecond}
 	}}, &env)
 }
 

@@ -28,6 +28,6 @@ func run(m *testing.M) int {
 	defer nb.Close() // after the control plane: VMs quit, then the namespace goes
 	return testenv.Main(m, testenv.Options{Manager: func(o *setup.Options) {
 		o.Controllers = []string{"ippool", "dhcp-agent", "machine", "qemumachine", "machinebmc", "machineupgrade"}
-		nb.Options(o)
+		nb.Machines(&o.Machines)
 	}}, &env)
 }

@@ -1,4 +1,10 @@
-package setup
+// Package leaderfence is the leader write fence of the Converge manager:
+// the Lease timings of --leader-elect and their safety rules, the Lease lock
+// that opens the fence on every renewal the API server accepted, and the
+// transport that refuses a controller's writes once this replica is no
+// longer certainly the leader. internal/setup wires it; nothing here knows
+// the controllers.
+package leaderfence
 
 import (
 	"context"
@@ -38,8 +44,8 @@ const (
 // already on the wire when the fence closed.
 const fenceMargin = 500 * time.Millisecond
 
-// LeaderElectionTimings are the Lease timings of --leader-elect.
-type LeaderElectionTimings struct {
+// Timings are the Lease timings of --leader-elect.
+type Timings struct {
 	// LeaseDuration is how long a standby waits, after it last saw the
 	// Lease renewed, before it takes it.
 	LeaseDuration time.Duration
@@ -54,7 +60,7 @@ type LeaderElectionTimings struct {
 
 // Validate refuses timings under which two replicas could write at once,
 // or under which the leader would step down between two healthy renewals.
-func (t LeaderElectionTimings) Validate() error {
+func (t Timings) Validate() error {
 	switch {
 	case t.LeaseDuration <= 0 || t.RenewDeadline <= 0 || t.RetryPeriod <= 0:
 		return fmt.Errorf("--leader-elect-lease-duration (%s), --leader-elect-renew-deadline (%s) and --leader-elect-retry-period (%s) must be positive",
@@ -88,8 +94,9 @@ func NewFence(renewDeadline time.Duration) *Fence {
 	return &Fence{renewDeadline: renewDeadline}
 }
 
-// renewed records a renewal sent at t that the API server accepted.
-func (f *Fence) renewed(t time.Time) {
+// Renewed records a renewal sent at t that the API server accepted (the
+// Lease lock calls it; tests open the fence with it).
+func (f *Fence) Renewed(t time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if t.After(f.sent) {
@@ -196,9 +203,9 @@ func (c cancelOnClose) Close() error {
 	return err
 }
 
-// fenceConfig puts cfg's requests behind f (nil: unchanged). Copies of
-// the config (impersonating clients) keep the fence.
-func fenceConfig(cfg *rest.Config, f *Fence) {
+// Config puts cfg's requests behind f (nil: unchanged). Copies of the
+// config (impersonating clients) keep the fence.
+func Config(cfg *rest.Config, f *Fence) {
 	if f == nil {
 		return
 	}
@@ -242,13 +249,13 @@ func (l fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionR
 
 func (l fencedLock) record(ler resourcelock.LeaderElectionRecord, sent time.Time) {
 	if ler.HolderIdentity == l.Identity() {
-		l.f.renewed(sent)
+		l.f.Renewed(sent)
 	}
 }
 
-// newLeaseLock builds the Lease lock of leader election from cfg (the
+// NewLeaseLock builds the Lease lock of leader election from cfg (the
 // manager's, unfenced) and the fence it drives.
-func newLeaseLock(cfg *rest.Config, namespace, name string, t LeaderElectionTimings, f *Fence) (resourcelock.Interface, error) {
+func NewLeaseLock(cfg *rest.Config, namespace, name string, t Timings, f *Fence) (resourcelock.Interface, error) {
 	if namespace == "" {
 		return nil, errors.New("leader election needs a namespace for its Lease (--leader-election-namespace)")
 	}

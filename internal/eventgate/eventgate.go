@@ -1,4 +1,8 @@
-package setup
+// Package eventgate stands between the controllers' event recorders and
+// client-go's, and hands Events on no faster than the manager's budget
+// sends them, from one bounded queue instead of a goroutine per Event.
+// internal/setup puts every controller's recorder behind one Gate.
+package eventgate
 
 import (
 	"context"
@@ -13,15 +17,17 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/converge-dev/converge/internal/apibudget"
 )
 
-// EventQueueLength bounds the Events waiting to be handed to client-go's
+// QueueLength bounds the Events waiting to be handed to client-go's
 // recorder; an Event emitted while the queue is full is dropped (and
 // counted in DroppedEvents), as client-go's core/v1 recorder drops Events
 // beyond its queue of 1000.
-const EventQueueLength = 4096
+const QueueLength = 4096
 
-// eventGate stands between the controllers' event recorders and
+// Gate stands between the controllers' event recorders and
 // controller-runtime's (client-go's events.k8s.io recorder), and hands
 // Events on no faster than the recorder's client sends them (the manager's
 // budget). client-go starts one goroutine per Event, which waits for the
@@ -38,7 +44,7 @@ const EventQueueLength = 4096
 // order, with client-go's series aggregation of repeated Events; only its
 // eventTime is when the gate hands it on, at most the queue's length
 // divided by the budget after it was emitted.
-type eventGate struct {
+type Gate struct {
 	scheme  *runtime.Scheme
 	limiter flowcontrol.RateLimiter // nil: unlimited
 	log     logr.Logger
@@ -61,8 +67,10 @@ type queuedEvent struct {
 	annotated, hasRelated bool
 }
 
-func newEventGate(scheme *runtime.Scheme, b Budget) *eventGate {
-	g := &eventGate{scheme: scheme, wake: make(chan struct{}, 1), log: ctrl.Log.WithName("events")}
+// New returns a gate that hands Events on within budget b (the manager's:
+// its recorder sends with the manager's clients).
+func New(scheme *runtime.Scheme, b apibudget.Budget) *Gate {
+	g := &Gate{scheme: scheme, wake: make(chan struct{}, 1), log: ctrl.Log.WithName("events")}
 	if !b.Unlimited() {
 		g.limiter = flowcontrol.NewTokenBucketRateLimiter(b.QPS, b.Burst)
 	}
@@ -70,7 +78,7 @@ func newEventGate(scheme *runtime.Scheme, b Budget) *eventGate {
 }
 
 // Start hands queued Events on until ctx ends (a manager.Runnable).
-func (g *eventGate) Start(ctx context.Context) error {
+func (g *Gate) Start(ctx context.Context) error {
 	for {
 		e, ok := g.pop()
 		if !ok {
@@ -91,7 +99,7 @@ func (g *eventGate) Start(ctx context.Context) error {
 }
 
 // pop takes the oldest queued Event.
-func (g *eventGate) pop() (queuedEvent, bool) {
+func (g *Gate) pop() (queuedEvent, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.queue) == 0 {
@@ -107,9 +115,9 @@ func (g *eventGate) pop() (queuedEvent, bool) {
 }
 
 // push queues e unless the queue is full.
-func (g *eventGate) push(e queuedEvent) bool {
+func (g *Gate) push(e queuedEvent) bool {
 	g.mu.Lock()
-	full := len(g.queue) >= EventQueueLength
+	full := len(g.queue) >= QueueLength
 	if !full {
 		g.queue = append(g.queue, e)
 	}
@@ -125,13 +133,13 @@ func (g *eventGate) push(e queuedEvent) bool {
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: a standby's
 // controllers may emit Events too.
-func (g *eventGate) NeedLeaderElection() bool { return false }
+func (g *Gate) NeedLeaderElection() bool { return false }
 
 // DroppedEvents is the number of Events dropped because the queue was full.
-func (g *eventGate) DroppedEvents() int64 { return g.dropped.Load() }
+func (g *Gate) DroppedEvents() int64 { return g.dropped.Load() }
 
-// recorder returns the gated recorder in front of next.
-func (g *eventGate) recorder(next recorder.EventRecorder) recorder.EventRecorder {
+// Recorder returns the gated recorder in front of next.
+func (g *Gate) Recorder(next recorder.EventRecorder) recorder.EventRecorder {
 	return &gatedRecorder{gate: g, next: next}
 }
 
@@ -148,7 +156,7 @@ func (e queuedEvent) send() {
 }
 
 type gatedRecorder struct {
-	gate *eventGate
+	gate *Gate
 	next recorder.EventRecorder
 }
 
@@ -185,7 +193,7 @@ func (r *gatedRecorder) enqueue(regarding, related runtime.Object, annotations m
 	}
 	if !g.push(e) {
 		if n := g.dropped.Add(1); n == 1 || n%1000 == 0 {
-			g.log.Info("Dropping Events: the queue is full", "queue", EventQueueLength, "dropped", n, "reason", reason)
+			g.log.Info("Dropping Events: the queue is full", "queue", QueueLength, "dropped", n, "reason", reason)
 		}
 	}
 }
