@@ -8,6 +8,11 @@
 //   - Certificates: -certificates Certificates from a ca Issuer;
 //   - KwokMachines: -machines KwokMachines and Machines, until every Machine
 //     is Running with a Ready Node;
+//   - MachineBMCs: -bmcs MachineBMCs (Redfish) for the first Machines, until
+//     Ready;
+//   - a MachineUpgrade of the first -upgrade Machines at -upgrade-max,
+//     created once the Machines and BMCs are up, until Succeeded;
+//   - Databases: -databases Databases on a real PostgreSQL;
 //   - workloads: BasicDeployments totalling -pods Pods (-deployments of
 //     them), side by side with apps/v1 Deployments of the same sizes run by
 //     kube-controller-manager at the same API budget (-qps, -burst).
@@ -19,20 +24,22 @@
 // applied by a plain 8-way server-side-apply loop; the Certificates' keys,
 // signatures and Secrets by a plain 8-way loop at the certificate
 // controllers' budget; the Machines' Nodes registered by a plain loop at 20
-// QPS; the Deployments' floor is kube-controller-manager itself, run at the
-// same time. Then everything is created at once and it prints, as BENCH
-// lines: the time from the start of the load to all Ready per system (with
-// its ratio to the floor); GitOps drift edit -> corrected p50/p99 while
-// everything is managed; the manager's RSS and Go heap once everything is
-// Ready and after the rest period, and its peak RSS; and the API requests
+// QPS; the MachineUpgrade's by bench/upgrade's plain loop on a fleet of its
+// own (deleted before the load); the Databases' by bench/databases' plain
+// sequential SQL loop; the MachineBMCs have none. The Deployments' floor is
+// kube-controller-manager itself, run at the same time. Then everything is
+// created at once and it prints, as BENCH lines: the time from the start of the load to all Ready per system (with
+// its ratio to the floor; the MachineUpgrade's from its creation); GitOps
+// drift edit -> corrected and push -> applied p50/p99 while everything is
+// managed; Database DROP -> recreated p50/p99 against the observe
+// interval; the manager's RSS and Go heap once everything is Ready and after the rest period, and its peak RSS; and the API requests
 // per second the API server receives at rest (-rest after everything is
 // Ready; every client: the manager, kube-controller-manager, the scheduler,
-// kwok's Node heartbeats). It asserts nothing. Not included yet: Databases
-// on PostgreSQL, KwokMachines with BMCs and a MachineUpgrade over them
-// (bench/databases, bench/bmc and bench/upgrade measure them alone). From
-// the repository root (after `make tools`):
+// kwok's Node heartbeats). It asserts nothing. From the repository root
+// (after `make tools`):
 //
-//	go run ./bench/scale -syncs 10 -objects-per-sync 100 -pods 1000 -certificates 1000 -machines 100
+//	go run ./bench/scale -syncs 10 -objects-per-sync 100 -pods 1000 -certificates 1000 \
+//	    -machines 100 -bmcs 100 -upgrade 100 -databases 100
 package main
 
 import (
