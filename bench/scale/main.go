@@ -443,7 +443,7 @@ func report(systems []*system, apps *system, all time.Duration, f figures, stead
 		}
 		took, what := s.took, "all Ready"
 		if s.own > 0 {
-			took, what = s.own, fmt.Sprintf("done in %s, from %s after the start", s.own.Round(time.Millisecond), (s.took-s.own).Round(time.Millisecond))
+			took, what = s.own, fmt.Sprintf("from %s after the start, done in", (s.took-s.own).Round(time.Millisecond))
 		}
 		floor, floorWhat := s.floor, "floor"
 		if floor == 0 && apps != nil && strings.HasPrefix(s.name, "basicdeployments") {
