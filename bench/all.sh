@@ -30,7 +30,7 @@ DHCP_ARGS=${DHCP_ARGS:--n 2000 -c 32}
 BMC_ARGS=${BMC_ARGS:--n 100 -rss-n 1000}
 UPGRADE_ARGS=${UPGRADE_ARGS:--n 100 -max 1,10,25}
 WHY_ARGS=${WHY_ARGS:--nodes 1000 -objects 10000}
-SCALE_ARGS=${SCALE_ARGS:--syncs 10 -objects-per-sync 100 -pods 1000 -deployments 10 -certificates 1000 -machines 100 -edits 20 -rest 30s}
+SCALE_ARGS=${SCALE_ARGS:--syncs 10 -objects-per-sync 100 -pods 1000 -deployments 10 -certificates 1000 -machines 100 -bmcs 100 -upgrade 100 -databases 100 -drops 5 -edits 20 -pushes 20 -rest 30s}
 SKIP=${SKIP:-}
 LOGS=${BENCH_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/converge-bench-all.XXXXXX")}
 mkdir -p "$LOGS"

@@ -41,13 +41,14 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/floors"
+	"github.com/converge-dev/converge/bench/internal/pgload"
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/setup"
 	"github.com/converge-dev/converge/internal/sqlengine"
@@ -83,11 +84,11 @@ func run(ctx context.Context, n, rssN int, observe time.Duration) error {
 	}
 	defer func() { _ = srv.Stop() }()
 
-	floor, err := floorLoop(ctx, srv, n, 1)
+	floor, err := floors.Databases(ctx, srv, n, 1)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	floorPar, err := floorLoop(ctx, srv, n, 4)
+	floorPar, err := floors.Databases(ctx, srv, n, 4)
 	if err != nil {
 		return fmt.Errorf("parallel floor: %w", err)
 	}
@@ -106,20 +107,8 @@ func run(ctx context.Context, n, rssN int, observe time.Duration) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "admin"},
-		StringData: map[string]string{"username": srv.AdminUser, "password": srv.AdminPassword}}); err != nil {
+	if err := pgload.CreateInstance(ctx, c, ns, srv); err != nil {
 		return err
-	}
-	if err := c.Create(ctx, &sqlv1alpha1.PostgresInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg"},
-		Spec: sqlv1alpha1.InstanceSpec{Host: srv.Host, Port: int32(srv.Port), AdminSecretRef: sqlv1alpha1.SecretReference{Name: "admin"}}}); err != nil { //nolint:gosec // a loopback port
-		return err
-	}
-	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
-		i := &sqlv1alpha1.PostgresInstance{}
-		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg"}, i)
-		return err == nil && i.Status.Ready, nil
-	}); err != nil {
-		return fmt.Errorf("instance: %w", err)
 	}
 
 	ctrlTime, err := createAndWait(ctx, c, ns, 0, n)
@@ -129,7 +118,7 @@ func run(ctx context.Context, n, rssN int, observe time.Duration) error {
 
 	var lat []time.Duration
 	for i := range min(drops, n) {
-		d, err := dropAndWait(ctx, srv, "bench_"+strconv.Itoa(i))
+		d, err := pgload.DropAndWait(ctx, srv, pgload.DatabaseName(i))
 		if err != nil {
 			return err
 		}
@@ -232,7 +221,7 @@ func idleLoad(ctx context.Context, c client.Client, srv *sqltest.Server, ns stri
 	if err := c.Patch(ctx, d, client.MergeFrom(base)); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, time.Minute, func() (bool, error) {
+	if err := pgload.WaitFor(ctx, time.Minute, func() (bool, error) {
 		n, err := testenv.ReconcileCount(database.ControllerName)
 		return n > before, err
 	}); err != nil {
@@ -251,129 +240,11 @@ func idleLoad(ctx context.Context, c client.Client, srv *sqltest.Server, ns stri
 	return nil
 }
 
-// floorLoop runs the statements of n Databases in a plain loop (split over
-// workers goroutines), then drops what it made.
-func floorLoop(ctx context.Context, srv *sqltest.Server, n, workers int) (time.Duration, error) {
-	var pools sqlengine.Pools
-	defer pools.Close()
-	admin, err := pools.Admin(srv.Admin())
-	if err != nil {
-		return 0, err
-	}
-	if _, err := admin.Ping(ctx); err != nil {
-		return 0, err
-	}
-	one := func(i int) error {
-		sp := sqlengine.Spec{Name: "floor_" + strconv.Itoa(i), Owner: "floor_" + strconv.Itoa(i) + "_owner", Charset: "UTF8"}
-		if err := admin.CreateRole(ctx, sp.Owner, "pw"+strconv.Itoa(i), sqlengine.Claim{}); err != nil {
-			return err
-		}
-		if err := admin.CreateDatabase(ctx, sp); err != nil {
-			return err
-		}
-		if err := admin.Grant(ctx, sp); err != nil {
-			return err
-		}
-		return sqlengine.CheckLogin(ctx, srv.Config(sp.Owner, "pw"+strconv.Itoa(i), sp.Name))
-	}
-	start := time.Now()
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		go func(w int) {
-			for i := w; i < n; i += workers {
-				if err := one(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}(w)
-	}
-	for w := 0; w < workers; w++ {
-		if err := <-errs; err != nil {
-			return 0, err
-		}
-	}
-	d := time.Since(start)
-	for i := 0; i < n; i++ {
-		sp := sqlengine.Spec{Name: "floor_" + strconv.Itoa(i), Owner: "floor_" + strconv.Itoa(i) + "_owner"}
-		if err := admin.Drop(ctx, sp); err != nil {
-			return 0, err
-		}
-	}
-	return d, nil
-}
-
 // createAndWait creates Databases bench-from..bench-(to-1) and waits until
 // all of them are Ready.
 func createAndWait(ctx context.Context, c client.Client, ns string, from, to int) (time.Duration, error) {
 	logf("creating %d Databases", to-from)
-	start := time.Now()
-	for i := from; i < to; i++ {
-		d := &sqlv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-" + strconv.Itoa(i)},
-			Spec: sqlv1alpha1.DatabaseSpec{
-				InstanceRef:  sqlv1alpha1.InstanceReference{APIVersion: sqlv1alpha1.GroupVersion.String(), Kind: "PostgresInstance", Name: "pg"},
-				DatabaseName: "bench_" + strconv.Itoa(i),
-			}}
-		if err := c.Create(ctx, d); err != nil {
-			return 0, err
-		}
-	}
-	err := waitFor(ctx, 30*time.Minute, func() (bool, error) {
-		list := &sqlv1alpha1.DatabaseList{}
-		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
-			return false, err
-		}
-		ready := 0
-		for i := range list.Items {
-			if meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, sqlv1alpha1.ReadyCondition) {
-				ready++
-			}
-		}
-		return ready >= to, nil
-	})
-	return time.Since(start), err
-}
-
-// dropAndWait drops a database behind the controller's back and times its
-// recreation.
-func dropAndWait(ctx context.Context, srv *sqltest.Server, name string) (time.Duration, error) {
-	db, err := sqlengine.OpenDB(srv.Admin())
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = db.Close() }()
-	if _, err := db.ExecContext(ctx, `DROP DATABASE "`+name+`" WITH (FORCE)`); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	err = waitFor(ctx, 5*time.Minute, func() (bool, error) {
-		var n int
-		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_database WHERE datname = $1", name).Scan(&n)
-		return n == 1, err
-	})
-	return time.Since(start), err
-}
-
-func waitFor(ctx context.Context, timeout time.Duration, f func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := f()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return pgload.CreateAndWait(ctx, c, ns, from, to, 30*time.Minute, 20*time.Millisecond)
 }
 
 func serverVersion(ctx context.Context, srv *sqltest.Server) string {

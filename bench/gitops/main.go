@@ -20,11 +20,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -388,12 +386,6 @@ func (b *bench) repo(name string, dirs map[string][]*unstructured.Unstructured) 
 	return must(gitfixture.Repo(b.root, name, dirs))
 }
 
-func git(dir string, args ...string) {
-	if err := gitfixture.Git(dir, args...); err != nil {
-		panic(err)
-	}
-}
-
 // syncs creates a GitRepository for url and one Sync per path in ns and
 // returns the time until all are Ready.
 func (b *bench) syncs(ns, url string, paths []string) (time.Duration, error) {
@@ -467,28 +459,16 @@ func (b *bench) drift(ns string, edits int) []time.Duration {
 // until the change is applied.
 func (b *bench) pushes(n int) ([]time.Duration, error) {
 	ns := b.ns("push")
-	work := filepath.Join(b.root, "push")
-	if err := os.MkdirAll(filepath.Join(work, "app"), 0o755); err != nil {
+	url, err := gitfixture.Repo(b.root, "push", map[string][]*unstructured.Unstructured{"app": {configMap("pushed", "0")}})
+	if err != nil {
 		return nil, err
 	}
-	write := func(v string) {
-		if err := os.WriteFile(filepath.Join(work, "app", "cm.yaml"), must(yaml.Marshal(configMap("pushed", v).Object)), 0o644); err != nil {
-			panic(err)
-		}
-	}
-	write("0")
-	git(work, "init", "-q", "-b", "main")
-	git(work, "add", "-A")
-	git(work, "commit", "-q", "-m", "0")
-	bare := filepath.Join(b.root, "push.git")
-	git(b.root, "clone", "-q", "--bare", work, bare)
-	git(work, "remote", "add", "origin", bare)
 	if err := b.c.Create(b.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hook"}, StringData: map[string]string{"token": "t"}}); err != nil {
 		return nil, err
 	}
 	gr := &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo",
 		Annotations: map[string]string{receiver.SecretAnnotation: "hook"}},
-		Spec: gitopsv1alpha1.GitRepositorySpec{URL: "file://" + bare, Interval: &metav1.Duration{Duration: time.Hour}}}
+		Spec: gitopsv1alpha1.GitRepositorySpec{URL: url, Interval: &metav1.Duration{Duration: time.Hour}}}
 	if err := b.c.Create(b.ctx, gr); err != nil {
 		return nil, err
 	}
@@ -498,8 +478,6 @@ func (b *bench) pushes(n int) ([]time.Duration, error) {
 	if err := b.c.Create(b.ctx, s); err != nil {
 		return nil, err
 	}
-	url := fmt.Sprintf("%s/hook/gitrepository/%s/repo", b.receiverURL, ns)
-	hc := &http.Client{}
 	wait := func(v string, since time.Time) error {
 		for {
 			cm := &corev1.ConfigMap{}
@@ -518,21 +496,15 @@ func (b *bench) pushes(n int) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := 1; i <= n; i++ {
 		v := strconv.Itoa(i)
-		write(v)
-		git(work, "commit", "-qam", v)
-		git(work, "push", "-q", "origin", "main")
-		body := []byte(`{"ref":"refs/heads/main"}`)
-		req, _ := http.NewRequestWithContext(b.ctx, http.MethodPost, url, bytes.NewReader(body))
-		req.Header.Set("X-GitHub-Event", "push")
-		req.Header.Set("X-Hub-Signature-256", receiver.Sign(body, []byte("t")))
-		start := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
+		if err := gitfixture.Write(filepath.Join(gitfixture.Dir(b.root, "push"), "app", "objects.yaml"), configMap("pushed", v)); err != nil {
 			return nil, err
 		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			return nil, fmt.Errorf("webhook answered %s", resp.Status)
+		if err := gitfixture.Push(b.root, "push", v); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := gitfixture.Hook(b.ctx, b.receiverURL, ns, "repo", []byte("t")); err != nil {
+			return nil, err
 		}
 		if err := wait(v, start); err != nil {
 			return nil, err

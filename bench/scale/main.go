@@ -8,6 +8,11 @@
 //   - Certificates: -certificates Certificates from a ca Issuer;
 //   - KwokMachines: -machines KwokMachines and Machines, until every Machine
 //     is Running with a Ready Node;
+//   - MachineBMCs: -bmcs MachineBMCs (Redfish) for the first Machines, until
+//     Ready;
+//   - a MachineUpgrade of the first -upgrade Machines at -upgrade-max,
+//     created once the Machines and BMCs are up, until Succeeded;
+//   - Databases: -databases Databases on a real PostgreSQL;
 //   - workloads: BasicDeployments totalling -pods Pods (-deployments of
 //     them), side by side with apps/v1 Deployments of the same sizes run by
 //     kube-controller-manager at the same API budget (-qps, -burst).
@@ -19,20 +24,22 @@
 // applied by a plain 8-way server-side-apply loop; the Certificates' keys,
 // signatures and Secrets by a plain 8-way loop at the certificate
 // controllers' budget; the Machines' Nodes registered by a plain loop at 20
-// QPS; the Deployments' floor is kube-controller-manager itself, run at the
-// same time. Then everything is created at once and it prints, as BENCH
-// lines: the time from the start of the load to all Ready per system (with
-// its ratio to the floor); GitOps drift edit -> corrected p50/p99 while
-// everything is managed; the manager's RSS and Go heap once everything is
-// Ready and after the rest period, and its peak RSS; and the API requests
+// QPS; the MachineUpgrade's by bench/upgrade's plain loop on a fleet of its
+// own (deleted before the load); the Databases' by bench/databases' plain
+// sequential SQL loop; the MachineBMCs have none. The Deployments' floor is
+// kube-controller-manager itself, run at the same time. Then everything is
+// created at once and it prints, as BENCH lines: the time from the start of the load to all Ready per system (with
+// its ratio to the floor; the MachineUpgrade's from its creation); GitOps
+// drift edit -> corrected and push -> applied p50/p99 while everything is
+// managed; Database DROP -> recreated p50/p99 against the observe
+// interval; the manager's RSS and Go heap once everything is Ready and after the rest period, and its peak RSS; and the API requests
 // per second the API server receives at rest (-rest after everything is
 // Ready; every client: the manager, kube-controller-manager, the scheduler,
-// kwok's Node heartbeats). It asserts nothing. Not included yet: Databases
-// on PostgreSQL, KwokMachines with BMCs and a MachineUpgrade over them
-// (bench/databases, bench/bmc and bench/upgrade measure them alone). From
-// the repository root (after `make tools`):
+// kwok's Node heartbeats). It asserts nothing. From the repository root
+// (after `make tools`):
 //
-//	go run ./bench/scale -syncs 10 -objects-per-sync 100 -pods 1000 -certificates 1000 -machines 100
+//	go run ./bench/scale -syncs 10 -objects-per-sync 100 -pods 1000 -certificates 1000 \
+//	    -machines 100 -bmcs 100 -upgrade 100 -databases 100
 package main
 
 import (
@@ -52,6 +59,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -62,21 +70,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
-	infrastructurev1alpha1 "github.com/converge-dev/converge/api/infrastructure/v1alpha1"
-	machinev1alpha1 "github.com/converge-dev/converge/api/machine/v1alpha1"
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
 	workloadsv1alpha1 "github.com/converge-dev/converge/api/workloads/v1alpha1"
 	"github.com/converge-dev/converge/bench/internal/apicount"
 	"github.com/converge-dev/converge/bench/internal/benchout"
+	"github.com/converge-dev/converge/bench/internal/fleet"
 	"github.com/converge-dev/converge/bench/internal/floors"
 	"github.com/converge-dev/converge/bench/internal/gitfixture"
 	"github.com/converge-dev/converge/bench/internal/managerproc"
 	"github.com/converge-dev/converge/bench/internal/par"
+	"github.com/converge-dev/converge/bench/internal/pgload"
 	"github.com/converge-dev/converge/internal/controller/basicdeployment"
 	"github.com/converge-dev/converge/internal/controller/basicreplicaset"
 	"github.com/converge-dev/converge/internal/controller/certificate"
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
+	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/setup"
+	"github.com/converge-dev/converge/internal/sqltest"
 	"github.com/converge-dev/converge/internal/testenv"
 )
 
@@ -87,6 +97,13 @@ var (
 	nDeploy     = flag.Int("deployments", 10, "BasicDeployments (and apps/v1 Deployments) the Pods are split over")
 	nCerts      = flag.Int("certificates", 10000, "Certificates from a ca Issuer (0 skips them)")
 	nMachines   = flag.Int("machines", 1000, "KwokMachines and Machines (0 skips them)")
+	nBMCs       = flag.Int("bmcs", 1000, "MachineBMCs (Redfish) for the first of the -machines Machines (0 skips them)")
+	nUpgrade    = flag.Int("upgrade", 1000, "Machines (of the first -bmcs, which have BMCs) one MachineUpgrade upgrades once the fleet is up (0 skips it)")
+	upgradeMax  = flag.Int("upgrade-max", 25, "the MachineUpgrade's maxUnavailable (and its floor's workers)")
+	nDatabases  = flag.Int("databases", 1000, "Databases on a real PostgreSQL (0 skips them)")
+	nDrops      = flag.Int("drops", 10, "out-of-band DROP DATABASEs, once everything is Ready, for the drop -> recreated latency")
+	observe     = flag.Duration("database-observe", 10*time.Second, "the manager's --database-observe-interval")
+	nPushes     = flag.Int("pushes", 20, "commits pushed to the Syncs' repository (each changing one Sync's object, with a push webhook), once everything is Ready, for the push -> applied latency")
 	nEdits      = flag.Int("edits", 100, "out-of-band edits of Sync-managed ConfigMaps for the drift latency, once everything is Ready")
 	restFor     = flag.Duration("rest", 30*time.Second, "rest period, after everything is Ready, over which the API requests per second are counted")
 	timeout     = flag.Duration("timeout", 60*time.Minute, "give up on the load after this long")
@@ -117,13 +134,21 @@ func step(format string, args ...any) {
 }
 
 // system is one system of the load: load creates its objects and returns
-// when all are Ready; floor, when set, is the time its floor took.
+// when all are Ready, with its own time when that does not start with the
+// load (else 0); floor, when set, is the time its floor took.
 type system struct {
 	name  string
 	floor time.Duration
-	load  func(ctx context.Context) error
-	took  time.Duration
-	err   error
+	load  func(ctx context.Context) (time.Duration, error)
+	// took is from the start of the load to all Ready; own, when set, the
+	// time load measured itself (compared with the floor instead).
+	took, own time.Duration
+	err       error
+}
+
+// since wraps a load that starts with the load's start.
+func since(f func(ctx context.Context) error) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) { return 0, f(ctx) }
 }
 
 func run(ctx context.Context) error {
@@ -132,6 +157,17 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(root)
+	if *nBMCs > *nMachines || *nUpgrade > *nBMCs {
+		return fmt.Errorf("want -upgrade (%d) <= -bmcs (%d) <= -machines (%d): the upgraded Machines need BMCs", *nUpgrade, *nBMCs, *nMachines)
+	}
+	var srv *sqltest.Server
+	if *nDatabases > 0 {
+		step("starting PostgreSQL")
+		if srv, err = sqltest.StartPostgres(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = srv.Stop() }()
+	}
 	step("building converge")
 	exe, err := managerproc.Build(ctx, *exeFlag, root)
 	if err != nil {
@@ -152,7 +188,16 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return err
 	}
-	args := []string{"--controllers", "*", "--gitops-lockdown=false", "--gitops-cache-dir", cache, "--receiver-bind-address", "0",
+	port, err := testenv.FreePort()
+	if err != nil {
+		return err
+	}
+	receiverURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	args := []string{"--controllers", "*", "--gitops-lockdown=false", "--gitops-cache-dir", cache,
+		"--database-observe-interval", observe.String(),
+		// The pushes measure latency, not the receiver's rate limits (as bench/gitops).
+		"--receiver-bind-address", strings.TrimPrefix(receiverURL, "http://"),
+		"--receiver-rate", "1000", "--receiver-burst", "1000", "--receiver-source-rate", "1000", "--receiver-source-burst", "1000",
 		fmt.Sprintf("--kube-api-qps=%s=%v,%s=%v,%s=%v,%s=%v", basicdeployment.ControllerName, *qps, basicreplicaset.ControllerName, *qps,
 			certificate.ControllerName, *certQPS, certificaterequest.ControllerName, *certQPS),
 		fmt.Sprintf("--kube-api-burst=%s=%d,%s=%d,%s=%d,%s=%d", basicdeployment.ControllerName, *burst, basicreplicaset.ControllerName, *burst,
@@ -164,12 +209,12 @@ func run(ctx context.Context) error {
 	defer func() { _ = mgr.Stop() }()
 	step("manager: converge run, pid %d, every controller", mgr.Pid())
 	c := env.Client
-	for _, ns := range []string{"floor-gitops", "floor-certificates", "gitops", "certificates", "machines", "workloads"} {
+	for _, ns := range []string{"floor-gitops", "floor-certificates", "floor-upgrade", "gitops", "certificates", "machines", "workloads", "databases"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
 	}
-	systems, apps, driftNames, err := prepare(ctx, env, root)
+	systems, fx, err := prepare(ctx, env, root, srv)
 	if err != nil {
 		return err
 	}
@@ -185,7 +230,7 @@ func run(ctx context.Context) error {
 	start := time.Now()
 	for _, s := range systems {
 		wg.Go(func() {
-			s.err = s.load(lctx)
+			s.own, s.err = s.load(lctx)
 			s.took = time.Since(start)
 			step("%s: all Ready after %s (err %v)", s.name, s.took.Round(time.Millisecond), s.err)
 		})
@@ -203,11 +248,27 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	var drift []time.Duration
-	if len(driftNames) > 0 && *nEdits > 0 {
+	var f figures
+	if len(fx.driftNames) > 0 && *nEdits > 0 {
 		step("%d out-of-band edits of Sync-managed ConfigMaps", *nEdits)
-		if drift, err = driftEdits(ctx, c, "gitops", driftNames, *nEdits); err != nil {
+		if f.drift, err = driftEdits(ctx, c, "gitops", fx.driftNames, *nEdits); err != nil {
 			return err
+		}
+	}
+	if len(fx.paths) > 0 && *nPushes > 0 {
+		step("%d pushes, each changing one Sync's object", *nPushes)
+		if f.push, err = pushes(ctx, c, root, receiverURL, fx.dirs, fx.paths, *nPushes); err != nil {
+			return err
+		}
+	}
+	if srv != nil && *nDrops > 0 {
+		step("%d out-of-band DROP DATABASEs", min(*nDrops, *nDatabases))
+		for i := range min(*nDrops, *nDatabases) {
+			d, err := pgload.DropAndWait(ctx, srv, pgload.DatabaseName(i))
+			if err != nil {
+				return err
+			}
+			f.drops = append(f.drops, d)
 		}
 	}
 
@@ -227,15 +288,28 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	report(systems, apps, all, drift, steady, rested, atRest)
+	report(systems, fx.apps, all, f, steady, rested, atRest)
 	return nil
 }
 
+// fixtures is what prepare made for the figures after the load.
+type fixtures struct {
+	// apps is kube-controller-manager's Deployments (the BasicDeployments'
+	// floor) when workloads are loaded.
+	apps *system
+	// driftNames are Sync-managed ConfigMaps to edit; dirs the objects of
+	// the Syncs' repository by directory (Sync path), paths those paths.
+	driftNames []string
+	dirs       map[string][]*unstructured.Unstructured
+	paths      []string
+}
+
+// figures are the latencies measured once everything is Ready.
+type figures struct{ drift, push, drops []time.Duration }
+
 // prepare measures the floors of the systems at their sizes, alone, and
-// returns the systems to load; apps is kube-controller-manager's
-// Deployments (the BasicDeployments' floor) when workloads are loaded, and
-// driftNames are Sync-managed ConfigMaps to edit.
-func prepare(ctx context.Context, env *testenv.Environment, root string) (systems []*system, apps *system, driftNames []string, err error) {
+// returns the systems to load.
+func prepare(ctx context.Context, env *testenv.Environment, root string, srv *sqltest.Server) (systems []*system, fx fixtures, err error) {
 	c := env.Client
 	throttled := func(q float32, b int) (client.Client, error) {
 		cfg := rest.CopyConfig(env.Config)
@@ -245,43 +319,42 @@ func prepare(ctx context.Context, env *testenv.Environment, root string) (system
 
 	// GitOps.
 	if *nSyncs > 0 {
-		dirs := map[string][]*unstructured.Unstructured{}
+		fx.dirs = map[string][]*unstructured.Unstructured{}
 		var all []*unstructured.Unstructured
-		var names []string
 		for i := range *nSyncs {
 			p := fmt.Sprintf("s%03d", i)
-			names = append(names, p)
+			fx.paths = append(fx.paths, p)
 			for j := range *nPerSync {
 				cm := gitfixture.ConfigMap(fmt.Sprintf("%s-cm%03d", p, j), "v")
-				dirs[p] = append(dirs[p], cm)
+				fx.dirs[p] = append(fx.dirs[p], cm)
 				all = append(all, cm)
 				if j == 0 {
-					driftNames = append(driftNames, cm.GetName())
+					fx.driftNames = append(fx.driftNames, cm.GetName())
 				}
 			}
 		}
-		url, err := gitfixture.Repo(root, "scale", dirs)
+		url, err := gitfixture.Repo(root, repoName, fx.dirs)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		step("floor: %d objects by an %d-way SSA loop", len(all), workers)
 		start := time.Now()
 		if err := gitfixture.ApplyLoop(ctx, c, "floor-gitops", all, workers); err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		systems = append(systems, &system{name: fmt.Sprintf("syncs_%dx%d", *nSyncs, *nPerSync), floor: time.Since(start),
-			load: func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, names) }})
+			load: since(func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, fx.paths) })})
 	}
 
 	// Certificates.
 	if *nCerts > 0 {
 		ca, err := floors.NewCA()
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		fc, err := throttled(float32(*certQPS), *certBurst)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		spec := func(i int) *pkiv1alpha1.CertificateSpec {
 			return &pkiv1alpha1.CertificateSpec{SecretName: fmt.Sprintf("c%d-tls", i), DNSNames: []string{fmt.Sprintf("c%d.example.com", i)},
@@ -290,59 +363,121 @@ func prepare(ctx context.Context, env *testenv.Environment, root string) (system
 		step("floor: %d Certificates' keys, signatures and Secrets by a %d-way loop at %v QPS", *nCerts, workers, *certQPS)
 		floor, err := floors.Certificates(ctx, fc, ca, "floor-certificates", *nCerts, workers, spec)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		systems = append(systems, &system{name: fmt.Sprintf("certificates_%d", *nCerts), floor: floor,
-			load: func(ctx context.Context) error { return loadCertificates(ctx, c, "certificates", ca, *nCerts, spec) }})
+			load: since(func(ctx context.Context) error { return loadCertificates(ctx, c, "certificates", ca, *nCerts, spec) })})
 	}
 
 	// KwokMachines.
 	if *nMachines > 0 {
 		fc, err := throttled(20, 30)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		step("floor: %d kwok Nodes registered by a loop at 20 QPS", *nMachines)
 		floor, err := floors.KwokNodes(ctx, fc, "floor", *nMachines)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fx, err
 		}
 		systems = append(systems, &system{name: fmt.Sprintf("kwokmachines_%d", *nMachines), floor: floor,
-			load: func(ctx context.Context) error { return loadMachines(ctx, c, "machines", *nMachines) }})
+			load: since(func(ctx context.Context) error { return loadMachines(ctx, c, "machines", *nMachines) })})
+	}
+
+	// MachineBMCs: no floor (bench/bmc has none for the time to Ready).
+	if *nBMCs > 0 {
+		systems = append(systems, &system{name: fmt.Sprintf("machinebmcs_%d", *nBMCs),
+			load: since(func(ctx context.Context) error { return loadBMCs(ctx, c, "machines", *nBMCs) })})
+	}
+
+	// A MachineUpgrade, against bench/upgrade's floor on a fleet of its own
+	// (deleted before the load).
+	if *nUpgrade > 0 {
+		fc, err := throttled(20, 30) // the machineupgrade controller's budget
+		if err != nil {
+			return nil, fx, err
+		}
+		floor, err := upgradeFloor(ctx, c, fc, "floor-upgrade", *nUpgrade, *upgradeMax)
+		if err != nil {
+			return nil, fx, fmt.Errorf("upgrade floor: %w", err)
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("machineupgrade_%d_max%d", *nUpgrade, *upgradeMax), floor: floor,
+			load: func(ctx context.Context) (time.Duration, error) {
+				return loadUpgrade(ctx, c, "machines", *nMachines, *nBMCs, *nUpgrade, *upgradeMax)
+			}})
+	}
+
+	// Databases on PostgreSQL: the floor is bench/databases' (a plain
+	// sequential SQL loop); the PostgresInstance is Ready before the load.
+	if *nDatabases > 0 {
+		step("floor: %d Databases' statements by a plain sequential SQL loop", *nDatabases)
+		floor, err := floors.Databases(ctx, srv, *nDatabases, 1)
+		if err != nil {
+			return nil, fx, fmt.Errorf("database floor: %w", err)
+		}
+		if err := pgload.CreateInstance(ctx, c, "databases", srv); err != nil {
+			return nil, fx, err
+		}
+		systems = append(systems, &system{name: fmt.Sprintf("databases_%d", *nDatabases), floor: floor,
+			load: since(func(ctx context.Context) error {
+				_, err := pgload.CreateAndWait(ctx, c, "databases", 0, *nDatabases, *timeout, 200*time.Millisecond)
+				return err
+			})})
 	}
 
 	// Workloads: both sides at once; the Deployments' time is the floor.
 	if *nPods > 0 && *nDeploy > 0 {
-		apps = &system{name: "deployments", load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", false) }}
+		fx.apps = &system{name: "deployments", load: since(func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", false) })}
 		systems = append(systems, &system{name: fmt.Sprintf("basicdeployments_%d_pods", *nPods),
-			load: func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", true) }}, apps)
+			load: since(func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", true) })}, fx.apps)
 	}
-	return systems, apps, driftNames, nil
+	return systems, fx, nil
 }
 
 // report prints the figures and their BENCH lines.
-func report(systems []*system, apps *system, all time.Duration, drift []time.Duration, steady, rested mem, atRest apicount.Counts) {
+func report(systems []*system, apps *system, all time.Duration, f figures, steady, rested mem, atRest apicount.Counts) {
 	fmt.Printf("bench/scale: one manager, all systems at once (load average %s)\n", loadavg())
 	for _, s := range systems {
 		if s == apps {
 			continue
 		}
-		floor := s.floor
-		what := "floor"
-		if floor == 0 && apps != nil {
-			floor, what = apps.took, "kube-controller-manager's Deployments, same time"
+		took, what := s.took, "all Ready"
+		if s.own > 0 {
+			took, what = s.own, fmt.Sprintf("from %s after the start, done in", (s.took-s.own).Round(time.Millisecond))
 		}
-		fmt.Printf("  %-32s all Ready %8s  %s %8s  ratio %.2f\n", s.name, s.took.Round(time.Millisecond), what, floor.Round(time.Millisecond), s.took.Seconds()/floor.Seconds())
+		floor, floorWhat := s.floor, "floor"
+		if floor == 0 && apps != nil && strings.HasPrefix(s.name, "basicdeployments") {
+			floor, floorWhat = apps.took, "kube-controller-manager's Deployments, same time"
+		}
+		if floor == 0 {
+			fmt.Printf("  %-32s %s %8s  (no floor)\n", s.name, what, took.Round(time.Millisecond))
+			benchout.Line("scale."+s.name+"_ready_seconds", took.Seconds(), "s")
+			continue
+		}
+		fmt.Printf("  %-32s %s %8s  %s %8s  ratio %.2f\n", s.name, what, took.Round(time.Millisecond), floorWhat, floor.Round(time.Millisecond), took.Seconds()/floor.Seconds())
 		benchout.Line("scale."+s.name+"_floor_seconds", floor.Seconds(), "s")
-		benchout.Ratio("scale."+s.name+"_ready_seconds", s.took.Seconds(), "s", s.took.Seconds()/floor.Seconds())
+		benchout.Ratio("scale."+s.name+"_ready_seconds", took.Seconds(), "s", took.Seconds()/floor.Seconds())
 	}
 	fmt.Printf("  %-32s %s\n", "everything Ready", all.Round(time.Millisecond))
 	benchout.Line("scale.all_ready_seconds", all.Seconds(), "s")
-	if len(drift) > 0 {
-		p50, p99 := pct(drift, 0.5), pct(drift, 0.99)
-		fmt.Printf("  %-32s p50 %s, p99 %s (n=%d)\n", "drift edit -> corrected", p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(drift))
+	if len(f.drift) > 0 {
+		p50, p99 := pct(f.drift, 0.5), pct(f.drift, 0.99)
+		fmt.Printf("  %-32s p50 %s, p99 %s (n=%d)\n", "drift edit -> corrected", p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(f.drift))
 		benchout.Line("scale.drift_corrected_p50", float64(p50.Milliseconds()), "ms")
 		benchout.Line("scale.drift_corrected_p99", float64(p99.Milliseconds()), "ms")
+	}
+	if len(f.push) > 0 {
+		p50, p99 := pct(f.push, 0.5), pct(f.push, 0.99)
+		fmt.Printf("  %-32s p50 %s, p99 %s (n=%d)\n", "push -> applied", p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(f.push))
+		benchout.Line("scale.push_applied_p50", float64(p50.Milliseconds()), "ms")
+		benchout.Line("scale.push_applied_p99", float64(p99.Milliseconds()), "ms")
+	}
+	if len(f.drops) > 0 {
+		p50, p99 := pct(f.drops, 0.5), pct(f.drops, 0.99)
+		fmt.Printf("  %-32s p50 %s, p99 %s (n=%d; observe interval %s, ratio to it %.2f)\n", "DROP DATABASE -> recreated",
+			p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(f.drops), *observe, p99.Seconds()/observe.Seconds())
+		benchout.Ratio("scale.database_drop_recreated_p50", float64(p50.Milliseconds()), "ms", p50.Seconds()/observe.Seconds())
+		benchout.Ratio("scale.database_drop_recreated_p99", float64(p99.Milliseconds()), "ms", p99.Seconds()/observe.Seconds())
 	}
 	fmt.Printf("  %-32s RSS %d MiB, Go heap in use %d MiB\n", "manager, all Ready", steady.rss, steady.heap)
 	fmt.Printf("  %-32s RSS %d MiB, Go heap in use %d MiB; peak RSS %d MiB\n", "manager, after the rest", rested.rss, rested.heap, rested.peak)
@@ -391,8 +526,15 @@ func readyCount(n int, conds func(i int) []metav1.Condition) int {
 	return ready
 }
 
+// hookToken signs the push webhooks.
+const hookToken = "t"
+
 func loadSyncs(ctx context.Context, c client.Client, ns, url string, paths []string) error {
-	if err := c.Create(ctx, &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo"},
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hook"}, StringData: map[string]string{"token": hookToken}}); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &gitopsv1alpha1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo",
+		Annotations: map[string]string{receiver.SecretAnnotation: "hook"}},
 		Spec: gitopsv1alpha1.GitRepositorySpec{URL: url, Interval: &metav1.Duration{Duration: time.Hour}}}); err != nil {
 		return err
 	}
@@ -436,33 +578,131 @@ func loadCertificates(ctx context.Context, c client.Client, ns string, ca *floor
 	})
 }
 
-func loadMachines(ctx context.Context, c client.Client, ns string, n int) error {
-	for i := range n {
-		name := fmt.Sprintf("m-%d", i)
-		if err := c.Create(ctx, &infrastructurev1alpha1.KwokMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
-			return err
-		}
-		if err := c.Create(ctx, &machinev1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: machinev1alpha1.MachineSpec{InfrastructureRef: machinev1alpha1.InfrastructureReference{
-				APIVersion: infrastructurev1alpha1.GroupVersion.String(), Kind: "KwokMachine", Name: name}}}); err != nil {
-			return err
-		}
+// machineName is the i-th KwokMachine's, Machine's and MachineBMC's name.
+func machineName(i int) string { return fmt.Sprintf("m-%d", i) }
+
+func machineNames(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, machineName(i))
 	}
-	return poll(ctx, func() (bool, error) {
-		l := &machinev1alpha1.MachineList{}
-		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
-			return false, err
+	return out
+}
+
+// upgradePool labels the Machines the MachineUpgrade selects.
+var upgradePool = map[string]string{"pool": "upgrade"}
+
+// loadMachines creates n KwokMachines and Machines, the first -upgrade
+// labelled for the MachineUpgrade, and waits until every Machine is Running
+// with a healthy Node.
+func loadMachines(ctx context.Context, c client.Client, ns string, n int) error {
+	if err := fleet.Machines(ctx, c, ns, machineNames(0, *nUpgrade), upgradePool); err != nil {
+		return err
+	}
+	if err := fleet.Machines(ctx, c, ns, machineNames(*nUpgrade, n), nil); err != nil {
+		return err
+	}
+	return fleet.WaitUntil(ctx, c, ns, 200*time.Millisecond, func(f fleet.Counts) bool { return f.Healthy == n })
+}
+
+// loadBMCs creates MachineBMCs for the first n Machines (made at the same
+// time by loadMachines) and waits until they are Ready.
+func loadBMCs(ctx context.Context, c client.Client, ns string, n int) error {
+	if err := fleet.BMCs(ctx, c, ns, machineNames(0, n)); err != nil {
+		return err
+	}
+	return fleet.WaitUntil(ctx, c, ns, 200*time.Millisecond, func(f fleet.Counts) bool { return f.BMCsReady == n })
+}
+
+// loadUpgrade waits until the fleet of ns is up (machines healthy, bmcs
+// BMCs Ready), then upgrades the first n Machines with one MachineUpgrade
+// at maxUnavailable mu, and returns its time from its creation to
+// Succeeded.
+func loadUpgrade(ctx context.Context, c client.Client, ns string, machines, bmcs, n, mu int) (time.Duration, error) {
+	if err := fleet.WaitUntil(ctx, c, ns, time.Second, func(f fleet.Counts) bool { return f.Healthy == machines && f.BMCsReady == bmcs }); err != nil {
+		return 0, err
+	}
+	step("fleet up: MachineUpgrade of %d Machines at maxUnavailable %d", n, mu)
+	return fleet.Upgrade(ctx, c, ns, "upgrade", upgradePool, n, mu, "v2", "2")
+}
+
+// upgradeFloor makes a fleet of n Machines with BMCs in ns (not timed),
+// upgrades it by hand mu at a time through fc (bench/upgrade's floor),
+// and deletes ns, waiting up to five minutes for it to go, so the load
+// starts without it.
+func upgradeFloor(ctx context.Context, c, fc client.Client, ns string, n, mu int) (time.Duration, error) {
+	step("floor: a fleet of %d Machines with BMCs (not timed)", n)
+	names := machineNames(0, n)
+	if err := fleet.Machines(ctx, c, ns, names, nil); err != nil {
+		return 0, err
+	}
+	if err := fleet.BMCs(ctx, c, ns, names); err != nil {
+		return 0, err
+	}
+	if err := fleet.WaitUntil(ctx, c, ns, 500*time.Millisecond, func(f fleet.Counts) bool { return f.Running+f.BMCsReady == 2*n }); err != nil {
+		return 0, err
+	}
+	step("floor: %d Machines upgraded by a plain loop, %d at a time, at 20 QPS", n, mu)
+	floor, err := floors.MachineUpgrade(ctx, fc, ns, names, mu, "floor", "f", fleet.User, fleet.Password)
+	if err != nil {
+		return 0, err
+	}
+	step("deleting the floor's fleet")
+	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return 0, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := poll(dctx, func() (bool, error) {
+		err := c.Get(dctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		step("the floor's namespace %s is not gone after 5 minutes (%v); loading beside it", ns, err)
+	}
+	return floor, nil
+}
+
+// repoName is the Syncs' repository (gitfixture.Repo under the run's
+// root).
+const repoName = "scale"
+
+// pushes commits, n times, a change of the first object of one Sync (in
+// turn) to the Syncs' repository, sends a push webhook for it, and times
+// each until the object carries the change.
+func pushes(ctx context.Context, c client.Client, root, receiverURL string, dirs map[string][]*unstructured.Unstructured, paths []string, n int) ([]time.Duration, error) {
+	gr := &gitopsv1alpha1.GitRepository{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "gitops", Name: "repo"}, gr); err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for i := range n {
+		p := paths[i%len(paths)]
+		objs := append([]*unstructured.Unstructured(nil), dirs[p]...)
+		v := "pushed-" + strconv.Itoa(i)
+		objs[0] = gitfixture.ConfigMap(objs[0].GetName(), v)
+		if err := gitfixture.Write(filepath.Join(gitfixture.Dir(root, repoName), p, "objects.yaml"), objs...); err != nil {
+			return nil, err
 		}
-		done := 0
-		for i := range l.Items {
-			m := &l.Items[i]
-			if m.Status.Phase == machinev1alpha1.PhaseRunning && m.Status.NodeRef != nil &&
-				meta.IsStatusConditionTrue(m.Status.Conditions, machinev1alpha1.NodeHealthyCondition) {
-				done++
+		if err := gitfixture.Push(root, repoName, v); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := gitfixture.Hook(ctx, receiverURL, gr.Namespace, gr.Name, []byte(hookToken)); err != nil {
+			return nil, err
+		}
+		for {
+			got := &corev1.ConfigMap{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "gitops", Name: objs[0].GetName()}, got); err == nil && got.Data["key"] == v {
+				break
 			}
+			if time.Since(start) > 5*time.Minute {
+				return nil, fmt.Errorf("push %s to %s not applied within 5 minutes", v, p)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		return done == n, nil
-	})
+		out = append(out, time.Since(start))
+	}
+	return out, nil
 }
 
 // loadWorkloads creates -deployments BasicDeployments (basic) or apps/v1

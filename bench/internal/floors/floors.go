@@ -1,6 +1,7 @@
 // Package floors holds the floors benchmarks measure a controller against
-// in the same run (bench/certificates, bench/machines, bench/scale): the
-// same work done by a plain client loop at the controller's API budget.
+// in the same run (bench/certificates, bench/machines, bench/databases,
+// bench/upgrade, bench/scale): the same work done by a plain client loop at
+// the controller's API budget.
 package floors
 
 import (

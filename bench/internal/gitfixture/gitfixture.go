@@ -1,12 +1,14 @@
 // Package gitfixture writes the git repositories and objects a GitOps
-// benchmark syncs from (bench/gitops, bench/scale), and the plain
-// server-side-apply loop that is a Sync's floor.
+// benchmark syncs from (bench/gitops, bench/scale), the commits and push
+// webhooks it sends, and the plain server-side-apply loop that is a Sync's
+// floor.
 package gitfixture
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/internal/gitops/receiver"
 )
 
 // ConfigMap is a ConfigMap named name with data key=v.
@@ -29,23 +33,12 @@ func ConfigMap(name, v string) *unstructured.Unstructured {
 
 // Repo writes a bare git repository root/name.git with one directory per
 // key of dirs (its objects in one objects.yaml) and returns its file:// URL.
+// Its working copy, root/name (Dir), has the bare repository as origin
+// (Push).
 func Repo(root, name string, dirs map[string][]*unstructured.Unstructured) (string, error) {
-	work := filepath.Join(root, name)
+	work := Dir(root, name)
 	for dir, objs := range dirs {
-		var buf bytes.Buffer
-		for _, u := range objs {
-			b, err := yaml.Marshal(u.Object)
-			if err != nil {
-				return "", fmt.Errorf("marshalling %s: %w", u.GetName(), err)
-			}
-			buf.WriteString("---\n")
-			buf.Write(b)
-		}
-		p := filepath.Join(work, dir, "objects.yaml")
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		if err := Write(filepath.Join(work, dir, "objects.yaml"), objs...); err != nil {
 			return "", err
 		}
 	}
@@ -58,12 +51,66 @@ func Repo(root, name string, dirs map[string][]*unstructured.Unstructured) (stri
 		{work, []string{"add", "-A"}},
 		{work, []string{"commit", "-q", "-m", "objects"}},
 		{root, []string{"clone", "-q", "--bare", work, bare}},
+		{work, []string{"remote", "add", "origin", bare}},
 	} {
 		if err := Git(step.dir, step.args...); err != nil {
 			return "", err
 		}
 	}
 	return "file://" + bare, nil
+}
+
+// Dir is the working copy of Repo's repository name under root.
+func Dir(root, name string) string { return filepath.Join(root, name) }
+
+// Write writes objs to path (its directory made if need be) as one YAML
+// stream.
+func Write(path string, objs ...*unstructured.Unstructured) error {
+	var buf bytes.Buffer
+	for _, u := range objs {
+		b, err := yaml.Marshal(u.Object)
+		if err != nil {
+			return fmt.Errorf("marshalling %s: %w", u.GetName(), err)
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// Push commits every change to the tracked files of Repo's working copy
+// root/name and pushes it to its bare repository.
+func Push(root, name, message string) error {
+	work := Dir(root, name)
+	if err := Git(work, "commit", "-qam", message); err != nil {
+		return err
+	}
+	return Git(work, "push", "-q", "origin", "main")
+}
+
+// Hook posts a GitHub push webhook, signed with token, for the
+// GitRepository ns/name to the manager's push receiver at receiverURL
+// (http://host:port), and wants it accepted (202).
+func Hook(ctx context.Context, receiverURL, ns, name string, token []byte) error {
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/hook/gitrepository/%s/%s", receiverURL, ns, name), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-Hub-Signature-256", receiver.Sign(body, token))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("push webhook: %w", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("push webhook answered %s", resp.Status)
+	}
+	return nil
 }
 
 // Git runs git in dir with a fixed author.
