@@ -222,54 +222,19 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("every system is at size 0")
 	}
 
-	// Everything at once.
-	step("load: %d systems at once", len(systems))
-	lctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, s := range systems {
-		wg.Go(func() {
-			s.own, s.err = s.load(lctx)
-			s.took = time.Since(start)
-			step("%s: all Ready after %s (err %v)", s.name, s.took.Round(time.Millisecond), s.err)
-		})
+	all, err := loadAll(ctx, systems)
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	for _, s := range systems {
-		if s.err != nil {
-			return fmt.Errorf("%s: %w", s.name, s.err)
-		}
-	}
-	all := time.Since(start)
 
 	steady, err := memory(mgr, "")
 	if err != nil {
 		return err
 	}
 
-	var f figures
-	if len(fx.driftNames) > 0 && *nEdits > 0 {
-		step("%d out-of-band edits of Sync-managed ConfigMaps", *nEdits)
-		if f.drift, err = driftEdits(ctx, c, "gitops", fx.driftNames, *nEdits); err != nil {
-			return err
-		}
-	}
-	if len(fx.paths) > 0 && *nPushes > 0 {
-		step("%d pushes, each changing one Sync's object", *nPushes)
-		if f.push, err = pushes(ctx, c, root, receiverURL, fx.dirs, fx.paths, *nPushes); err != nil {
-			return err
-		}
-	}
-	if srv != nil && *nDrops > 0 {
-		step("%d out-of-band DROP DATABASEs", min(*nDrops, *nDatabases))
-		for i := range min(*nDrops, *nDatabases) {
-			d, err := pgload.DropAndWait(ctx, srv, pgload.DatabaseName(i))
-			if err != nil {
-				return err
-			}
-			f.drops = append(f.drops, d)
-		}
+	f, err := latencies(ctx, c, root, receiverURL, fx, srv)
+	if err != nil {
+		return err
 	}
 
 	step("at rest for %s", *restFor)
@@ -290,6 +255,58 @@ func run(ctx context.Context) error {
 
 	report(systems, fx.apps, all, f, steady, rested, atRest)
 	return nil
+}
+
+// loadAll loads every system at once and returns when all are Ready.
+func loadAll(ctx context.Context, systems []*system) (time.Duration, error) {
+	step("load: %d systems at once", len(systems))
+	lctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, s := range systems {
+		wg.Go(func() {
+			s.own, s.err = s.load(lctx)
+			s.took = time.Since(start)
+			step("%s: all Ready after %s (err %v)", s.name, s.took.Round(time.Millisecond), s.err)
+		})
+	}
+	wg.Wait()
+	for _, s := range systems {
+		if s.err != nil {
+			return 0, fmt.Errorf("%s: %w", s.name, s.err)
+		}
+	}
+	return time.Since(start), nil
+}
+
+// latencies measures, once everything is Ready, drift edits, pushes and
+// DROPs while the whole load stays managed.
+func latencies(ctx context.Context, c client.Client, root, receiverURL string, fx fixtures, srv *sqltest.Server) (f figures, err error) {
+	if len(fx.driftNames) > 0 && *nEdits > 0 {
+		step("%d out-of-band edits of Sync-managed ConfigMaps", *nEdits)
+		if f.drift, err = driftEdits(ctx, c, "gitops", fx.driftNames, *nEdits); err != nil {
+			return f, err
+		}
+	}
+	if len(fx.paths) > 0 && *nPushes > 0 {
+		step("%d pushes, each changing one Sync's object", *nPushes)
+		if f.push, err = pushes(ctx, c, root, receiverURL, fx.dirs, fx.paths, *nPushes); err != nil {
+			return f, err
+		}
+	}
+	if srv != nil && *nDrops > 0 {
+		step("%d out-of-band DROP DATABASEs", min(*nDrops, *nDatabases))
+		for i := range min(*nDrops, *nDatabases) {
+			d, err := pgload.DropAndWait(ctx, srv, pgload.DatabaseName(i))
+			if err != nil {
+				return f, err
+			}
+			f.drops = append(f.drops, d)
+		}
+	}
+
+	return f, nil
 }
 
 // fixtures is what prepare made for the figures after the load.
@@ -319,31 +336,11 @@ func prepare(ctx context.Context, env *testenv.Environment, root string, srv *sq
 
 	// GitOps.
 	if *nSyncs > 0 {
-		fx.dirs = map[string][]*unstructured.Unstructured{}
-		var all []*unstructured.Unstructured
-		for i := range *nSyncs {
-			p := fmt.Sprintf("s%03d", i)
-			fx.paths = append(fx.paths, p)
-			for j := range *nPerSync {
-				cm := gitfixture.ConfigMap(fmt.Sprintf("%s-cm%03d", p, j), "v")
-				fx.dirs[p] = append(fx.dirs[p], cm)
-				all = append(all, cm)
-				if j == 0 {
-					fx.driftNames = append(fx.driftNames, cm.GetName())
-				}
-			}
-		}
-		url, err := gitfixture.Repo(root, repoName, fx.dirs)
+		sys, err := prepareSyncs(ctx, c, root, &fx)
 		if err != nil {
 			return nil, fx, err
 		}
-		step("floor: %d objects by an %d-way SSA loop", len(all), workers)
-		start := time.Now()
-		if err := gitfixture.ApplyLoop(ctx, c, "floor-gitops", all, workers); err != nil {
-			return nil, fx, err
-		}
-		systems = append(systems, &system{name: fmt.Sprintf("syncs_%dx%d", *nSyncs, *nPerSync), floor: time.Since(start),
-			load: since(func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, fx.paths) })})
+		systems = append(systems, sys)
 	}
 
 	// Certificates.
@@ -432,6 +429,37 @@ func prepare(ctx context.Context, env *testenv.Environment, root string, srv *sq
 			load: since(func(ctx context.Context) error { return loadWorkloads(ctx, c, "workloads", true) })}, fx.apps)
 	}
 	return systems, fx, nil
+}
+
+// prepareSyncs writes the Syncs' repository (its objects in fx), measures
+// the GitOps floor (an SSA loop over the same objects) and returns the
+// Syncs' system.
+func prepareSyncs(ctx context.Context, c client.Client, root string, fx *fixtures) (*system, error) {
+	fx.dirs = map[string][]*unstructured.Unstructured{}
+	var all []*unstructured.Unstructured
+	for i := range *nSyncs {
+		p := fmt.Sprintf("s%03d", i)
+		fx.paths = append(fx.paths, p)
+		for j := range *nPerSync {
+			cm := gitfixture.ConfigMap(fmt.Sprintf("%s-cm%03d", p, j), "v")
+			fx.dirs[p] = append(fx.dirs[p], cm)
+			all = append(all, cm)
+			if j == 0 {
+				fx.driftNames = append(fx.driftNames, cm.GetName())
+			}
+		}
+	}
+	url, err := gitfixture.Repo(root, repoName, fx.dirs)
+	if err != nil {
+		return nil, err
+	}
+	step("floor: %d objects by an %d-way SSA loop", len(all), workers)
+	start := time.Now()
+	if err := gitfixture.ApplyLoop(ctx, c, "floor-gitops", all, workers); err != nil {
+		return nil, err
+	}
+	return &system{name: fmt.Sprintf("syncs_%dx%d", *nSyncs, *nPerSync), floor: time.Since(start),
+		load: since(func(ctx context.Context) error { return loadSyncs(ctx, c, "gitops", url, fx.paths) })}, nil
 }
 
 // report prints the figures and their BENCH lines.
