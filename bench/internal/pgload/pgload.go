@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
@@ -106,23 +107,7 @@ func WaitFor(ctx context.Context, timeout time.Duration, f func() (bool, error))
 	return waitEvery(ctx, timeout, 20*time.Millisecond, f)
 }
 
+// waitEvery is apimachinery's poll: f at once, then every every.
 func waitEvery(ctx context.Context, timeout, every time.Duration, f func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := f()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(every):
-		}
-	}
+	return wait.PollUntilContextTimeout(ctx, every, timeout, true, func(context.Context) (bool, error) { return f() })
 }
