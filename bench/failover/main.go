@@ -97,6 +97,7 @@ func main() {
 		"--shard-key", shardKey, "--controllers", "gitrepository,sync", "--webhook-port", "0",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--receiver-bind-address", "0",
 		"--gitops-lockdown=false"}
+	args = append(args, testenv.EgressArgs()...)
 	if *shared {
 		args = append(args, "--gitops-cache-dir", cache)
 	}

@@ -135,6 +135,19 @@ func addRunFlags(f *pflag.FlagSet, o *setup.Options, webhookPort *int) {
 	f.StringVar(&o.GitOps.DefaultServiceAccount, "gitops-default-service-account", "", "service account (in the Sync's namespace) that Syncs naming none act as; the chart sets 'default'")
 	f.BoolVar(&o.GitOps.Lockdown, "gitops-lockdown", o.GitOps.Lockdown, "never let a Sync act as the manager: with no --gitops-default-service-account, Syncs without spec.serviceAccountName are refused; false lets them use the manager's identity (single-tenant clusters)")
 	addPKIFlags(f, o, ":8089")
+	addEgressFlags(f, o, nil, nil)
+}
+
+// addEgressFlags adds the flags of what the manager may reach for a tenant
+// (internal/egress), with the given defaults of --egress-allowed-cidrs and
+// --git-file-roots.
+func addEgressFlags(f *pflag.FlagSet, o *setup.Options, allowed, fileRoots []string) {
+	f.StringSliceVar(&o.EgressDeniedCIDRs, "egress-denied-cidrs", o.EgressDeniedCIDRs,
+		"networks the manager never dials for a GitRepository URL or a database instance host (comma separated CIDRs); add your cluster's Pod and Service CIDRs to keep tenants off in-cluster services")
+	f.StringSliceVar(&o.EgressAllowedCIDRs, "egress-allowed-cidrs", allowed,
+		"exceptions to --egress-denied-cidrs (comma separated CIDRs or addresses), e.g. a git server on a link-local address")
+	f.StringSliceVar(&o.GitOps.FileRoots, "git-file-roots", fileRoots,
+		"absolute directories under which file:// GitRepositories may read (comma separated); none: file:// is refused (URLNotAllowed)")
 }
 
 // addPKIFlags adds the certificate controllers' flags.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/localcp"
 	machineoptions "github.com/converge-dev/converge/internal/machine/options"
 	"github.com/converge-dev/converge/internal/setup"
@@ -92,6 +93,14 @@ manager in this process. The data, PKI, logs and kubeconfig live in
 	addMachineFlags(f, &o.Manager.Machines)
 	addBMCFlags(f, &o.Manager.BMC)
 	addPKIFlags(f, &o.Manager, "127.0.0.1:8089")
+	// One user on their own machine: the peers listen on loopback, and the
+	// tour's GitRepository is a file:// URL of the directory `converge up`
+	// starts in.
+	var roots []string
+	if wd, err := os.Getwd(); err == nil {
+		roots = []string{wd}
+	}
+	addEgressFlags(f, &o.Manager, egress.Loopback, roots)
 	f.StringVar(&o.UIAddress, "ui-address", "127.0.0.1:0", "serve the live graph of namespace "+up.UINamespace+" (what `converge ui` serves) here, on loopback; port 0 picks a free one; '0' disables")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the manager's logs here instead of <data-dir>/logs/converge-manager.log")
 	// One user, the admin of the local control plane: Syncs without a

@@ -29,6 +29,8 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/converge-dev/converge/internal/egress"
 )
 
 // Errors callers tell apart (test with errors.Is).
@@ -85,6 +87,10 @@ type Client struct {
 	// MaxArtifactSize bounds the size of a checkout's files; 0 is
 	// DefaultMaxArtifactSize.
 	MaxArtifactSize int64
+	// Policy bounds the hosts and file:// paths a URL may lead to (the
+	// manager's, for tenants' GitRepositories); nil restricts nothing (the
+	// CLI, acting as its user).
+	Policy *egress.Policy
 }
 
 // auth builds the go-git auth method from the Secret's keys: username and
@@ -164,7 +170,7 @@ func classify(err error) error {
 
 // Resolve lists the remote's refs (one round trip, no objects) and resolves
 // ref to a commit. A commit ref resolves to itself without a round trip.
-func (Client) Resolve(ctx context.Context, url string, ref Ref, creds Credentials) (Resolved, error) {
+func (c Client) Resolve(ctx context.Context, url string, ref Ref, creds Credentials) (Resolved, error) {
 	if ref.Commit != "" {
 		r := Resolved{Name: ref.Branch, Hash: ref.Commit, commit: true}
 		if ref.Branch != "" {
@@ -172,13 +178,17 @@ func (Client) Resolve(ctx context.Context, url string, ref Ref, creds Credential
 		}
 		return r, nil
 	}
+	ctx, dialURL, proxyOpts, err := c.guard(ctx, url)
+	if err != nil {
+		return Resolved{}, err
+	}
 	am, cleanup, err := auth(url, creds)
 	defer cleanup()
 	if err != nil {
 		return Resolved{}, err
 	}
-	rem := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{url}})
-	refs, err := rem.ListContext(ctx, &gogit.ListOptions{Auth: am, PeelingOption: gogit.AppendPeeled})
+	rem := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{dialURL}})
+	refs, err := rem.ListContext(ctx, &gogit.ListOptions{Auth: am, PeelingOption: gogit.AppendPeeled, ProxyOptions: proxyOpts})
 	if err != nil {
 		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
 			return Resolved{}, fmt.Errorf("%w: the repository is empty", ErrRefNotFound)
@@ -252,6 +262,10 @@ func (Client) Resolve(ctx context.Context, url string, ref Ref, creds Credential
 // when they exceed MaxArtifactSize. Directories are created 0700, files
 // 0600, through an os.Root on dir.
 func (c Client) Checkout(ctx context.Context, url string, r Resolved, creds Credentials, dir string) (Commit, error) {
+	ctx, dialURL, proxyOpts, err := c.guard(ctx, url)
+	if err != nil {
+		return Commit{}, err
+	}
 	am, cleanup, err := auth(url, creds)
 	defer cleanup()
 	if err != nil {
@@ -266,8 +280,8 @@ func (c Client) Checkout(ctx context.Context, url string, r Resolved, creds Cred
 	// Objects larger than 1 MiB are streamed from the pack, never held.
 	st := filesystem.NewStorageWithOptions(lfs, cache.NewObjectLRU(16*cache.MiByte),
 		filesystem.Options{LargeObjectThreshold: 1 << 20})
-	opts := &gogit.CloneOptions{URL: url, Auth: am, Tags: gogit.NoTags, ReferenceName: r.refName,
-		SingleBranch: r.refName != "", NoCheckout: true}
+	opts := &gogit.CloneOptions{URL: dialURL, Auth: am, Tags: gogit.NoTags, ReferenceName: r.refName,
+		SingleBranch: r.refName != "", NoCheckout: true, ProxyOptions: proxyOpts}
 	if !r.commit {
 		opts.Depth = 1
 	}

@@ -91,6 +91,7 @@ func newHACluster(t *testing.T, key string) *haCluster {
 		"--shard-key", key, "--controllers", "gitrepository,sync", "--webhook-port", "0",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--receiver-bind-address", "0",
 		"--gitops-cache-dir", cache, "--graceful-shutdown-timeout", "5s"}
+	h.args = append(h.args, testenv.EgressArgs()...)
 	return h
 }
 

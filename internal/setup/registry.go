@@ -62,7 +62,7 @@ var controllers = []controller{
 	{name: gitrepository.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&gitrepository.Reconciler{
 			Store: artifact.Store{Dir: o.GitOps.CacheDir},
-			Git:   git.Client{MaxFetchSize: o.GitOps.MaxFetchSize, MaxArtifactSize: o.GitOps.MaxArtifactSize},
+			Git:   git.Client{MaxFetchSize: o.GitOps.MaxFetchSize, MaxArtifactSize: o.GitOps.MaxArtifactSize, Policy: o.egress},
 		}).SetupWithManager(mgr)
 	}},
 	{name: syncctrl.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
@@ -80,16 +80,16 @@ var controllers = []controller{
 		}).SetupWithManager(mgr)
 	}},
 	{name: sqlinstance.PostgresControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EnginePostgres, HealthInterval: o.SQLInstanceHealthInterval}).SetupWithManager(mgr)
+		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EnginePostgres, HealthInterval: o.SQLInstanceHealthInterval, Egress: o.egress}).SetupWithManager(mgr)
 	}},
 	{name: sqlinstance.MariaDBControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EngineMariaDB, HealthInterval: o.SQLInstanceHealthInterval}).SetupWithManager(mgr)
+		return (&sqlinstance.Reconciler{Engine: sqlv1alpha1.EngineMariaDB, HealthInterval: o.SQLInstanceHealthInterval, Egress: o.egress}).SetupWithManager(mgr)
 	}},
 	{name: database.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&database.Reconciler{ObserveInterval: o.DatabaseObserveInterval, ResyncInterval: o.DatabaseResyncInterval, BackupDir: o.BackupDir}).SetupWithManager(mgr)
+		return (&database.Reconciler{ObserveInterval: o.DatabaseObserveInterval, ResyncInterval: o.DatabaseResyncInterval, BackupDir: o.BackupDir, Egress: o.egress}).SetupWithManager(mgr)
 	}},
 	{name: databasebackup.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
-		return (&databasebackup.Reconciler{BackupDir: o.BackupDir}).SetupWithManager(mgr)
+		return (&databasebackup.Reconciler{BackupDir: o.BackupDir, Egress: o.egress}).SetupWithManager(mgr)
 	}},
 	{name: lbipam.ControllerName, setup: func(mgr ctrl.Manager, o Options) error {
 		return (&lbipam.Reconciler{DefaultClass: o.LBDefaultClass, MaxListenersPerNamespace: o.LBMaxListenersPerNamespace,

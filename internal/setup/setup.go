@@ -57,6 +57,7 @@ import (
 	"github.com/converge-dev/converge/internal/controller/certificaterequest"
 	"github.com/converge-dev/converge/internal/controller/database"
 	"github.com/converge-dev/converge/internal/controller/dhcpagentdeployment"
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/eventgate"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/install"
@@ -168,6 +169,19 @@ type Options struct {
 	// MariaDBInstance logs in again.
 	SQLInstanceHealthInterval time.Duration
 
+	// EgressDeniedCIDRs are the networks the manager never dials for a
+	// tenant (a GitRepository's URL, a database instance's host), unless
+	// EgressAllowedCIDRs holds the address (--egress-denied-cidrs):
+	// egress.DefaultDenied (loopback, link-local, metadata) by default.
+	EgressDeniedCIDRs []string
+	// EgressAllowedCIDRs are exceptions to EgressDeniedCIDRs
+	// (--egress-allowed-cidrs); `converge up` allows loopback, where its
+	// peers listen.
+	EgressAllowedCIDRs []string
+	// egress is the Policy New builds from the two above and
+	// GitOps.FileRoots, handed to the controllers that reach out.
+	egress *egress.Policy
+
 	// Machines configures the Machine controller and the machine providers.
 	Machines machineoptions.Machines
 	// DHCPAgent configures cluster mode of the DHCP agent.
@@ -185,6 +199,10 @@ type Options struct {
 
 // GitOpsOptions configure the GitRepository and Sync controllers.
 type GitOpsOptions struct {
+	// FileRoots are the directories a file:// GitRepository may read
+	// (--git-file-roots); none by default: the manager's file system is
+	// not a tenant's. `converge up` allows the directory it started in.
+	FileRoots []string
 	// CacheDir holds the fetched git revisions (artifacts) the Sync
 	// controller renders. Empty uses a new temporary directory; it is a
 	// cache, rebuilt by fetching again after a restart.
@@ -327,6 +345,7 @@ func DefaultOptions() Options {
 		LBMaxListenersPerNamespace: 256,
 		LBMaxAssignmentsPerPool:    DefaultLBMaxAssignmentsPerPool,
 		SQLInstanceHealthInterval:  time.Minute,
+		EgressDeniedCIDRs:          egress.DefaultDenied,
 		Webhook: WebhookOptions{
 			Port:       9443,
 			SelfManage: true,
@@ -392,6 +411,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Converge, error) {
 	case "", machineoptions.QemuMachinesManager, machineoptions.QemuMachinesAgent:
 	default:
 		return nil, fmt.Errorf("--qemu-machines=%q: want %s or %s", o.Machines.QemuMachines, machineoptions.QemuMachinesManager, machineoptions.QemuMachinesAgent)
+	}
+	if o.egress, err = egress.New(o.EgressDeniedCIDRs, o.EgressAllowedCIDRs, o.GitOps.FileRoots); err != nil {
+		return nil, err
 	}
 	if p := o.Machines.NetbootHTTPPort; p < 0 || p > 65535 {
 		return nil, fmt.Errorf("--netboot-http-port=%d: want a TCP port (1-65535), or 0 for the default 8069", p)

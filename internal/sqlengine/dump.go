@@ -128,12 +128,16 @@ func Restore(ctx context.Context, t Tools, c Config, serverVersion, path, wantSH
 		return fmt.Errorf("opening the dump: %w", err)
 	}
 	defer func() { _ = f.Close() }()
+	c, hostaddr, err := c.pin(ctx)
+	if err != nil {
+		return err
+	}
 	var cmd *exec.Cmd
 	var cleanup func()
 	switch c.Engine {
 	case Postgres:
 		cmd = exec.CommandContext(ctx, pgTool("psql", t.PSQL, serverVersion), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--single-transaction", "--file", "-")
-		cmd.Env, cleanup, err = pgEnv(c)
+		cmd.Env, cleanup, err = pgEnv(c, hostaddr)
 		if err != nil {
 			return err
 		}
@@ -171,10 +175,14 @@ func FileSHA256(path string) (string, error) {
 }
 
 func dumpCommand(ctx context.Context, t Tools, c Config, serverVersion string) (*exec.Cmd, func(), error) {
+	c, hostaddr, err := c.pin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	switch c.Engine {
 	case Postgres:
 		cmd := exec.CommandContext(ctx, pgTool("pg_dump", t.PGDump, serverVersion), "--format=plain", "--no-owner", "--no-privileges", "--no-password")
-		env, cleanup, err := pgEnv(c)
+		env, cleanup, err := pgEnv(c, hostaddr)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -193,11 +201,30 @@ func dumpCommand(ctx context.Context, t Tools, c Config, serverVersion string) (
 	}
 }
 
+// pin resolves and checks the host against c.Egress for the client
+// programs, which resolve on their own: PostgreSQL's connect to the checked
+// address (PGHOSTADDR; the name still verifies TLS), MariaDB's too unless
+// VerifyFull needs the name (then the check precedes the client's own
+// lookup by moments). Without Egress nothing changes.
+func (c Config) pin(ctx context.Context) (Config, string, error) {
+	if c.Egress == nil {
+		return c, "", nil
+	}
+	a, err := c.Egress.ResolveHost(ctx, c.Host)
+	if err != nil {
+		return c, "", fmt.Errorf("reaching %s: %w", c.Host, err)
+	}
+	if c.Engine == MariaDB && c.TLSMode != TLSVerifyFull {
+		c.Host = a.String()
+	}
+	return c, a.String(), nil
+}
+
 // pgEnv passes the connection through libpq's environment variables, so no
 // value can be mistaken for an option. With VerifyFull the CA goes to a
 // private temporary file named by PGSSLROOTCERT (removed by cleanup) and
 // libpq verifies the chain and the host name (sslmode=verify-full).
-func pgEnv(c Config) ([]string, func(), error) {
+func pgEnv(c Config, hostaddr string) ([]string, func(), error) {
 	cleanup := func() {}
 	mode := "require"
 	switch c.TLSMode {
@@ -212,6 +239,9 @@ func pgEnv(c Config) ([]string, func(), error) {
 		"PGCONNECT_TIMEOUT=10", "PGAPPNAME=converge", "PATH=" + os.Getenv("PATH"),
 		// Never the manager's ~/.postgresql/root.crt or client certificate.
 		"PGSSLCERT=/nonexistent", "PGSSLKEY=/nonexistent",
+	}
+	if hostaddr != "" {
+		env = append(env, "PGHOSTADDR="+hostaddr)
 	}
 	if c.TLSMode == TLSVerifyFull {
 		ca, rm, err := caFile(c.CAPEM)

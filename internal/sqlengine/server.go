@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/converge-dev/converge/internal/egress"
 )
 
 func init() {
@@ -67,6 +69,9 @@ type Config struct {
 	MaxConns int
 	// ConnectTimeout bounds each connection attempt; 0 means 5 s.
 	ConnectTimeout time.Duration
+	// Egress refuses hosts whose address the cluster admin denies, checked
+	// on every address dialled; nil refuses nothing.
+	Egress *egress.Policy
 }
 
 func (c Config) addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
@@ -121,12 +126,18 @@ func OpenDB(c Config) (*sql.DB, error) {
 		pc.TLSConfig = tc
 		pc.Fallbacks = nil
 		pc.ConnectTimeout = c.timeout()
+		if c.Egress != nil {
+			pc.DialFunc = c.Egress.DialContext
+		}
 		pc.RuntimeParams = map[string]string{"application_name": "converge"}
 		db = stdlib.OpenDB(*pc)
 	case MariaDB:
 		mc := mysql.NewConfig()
 		mc.User, mc.Passwd, mc.Net, mc.Addr, mc.DBName = c.User, c.Password, "tcp", c.addr(), c.Database
 		mc.Timeout = c.timeout()
+		if c.Egress != nil {
+			mc.DialFunc = c.Egress.DialContext
+		}
 		mc.ReadTimeout, mc.WriteTimeout = time.Minute, time.Minute
 		mc.ParseTime = true
 		if tc != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/setup"
 )
 
@@ -113,6 +115,11 @@ func (e *Environment) startConverge(t testing.TB, cfg *rest.Config, adjust func(
 	o.Webhook.Disabled = true
 	o.Receiver.BindAddress = "0"
 	o.SkipControllerNameValidation = true
+	// As under `converge up`: the peers tests start listen on loopback,
+	// and their git repositories are file:// URLs under the temporary
+	// directory. test/security narrows both to attack them.
+	o.EgressAllowedCIDRs = egress.Loopback
+	o.GitOps.FileRoots = []string{os.TempDir()}
 	o.GracefulShutdownTimeout = 5 * time.Second
 	if adjust != nil {
 		adjust(&o)
@@ -146,4 +153,11 @@ func (e *Environment) startConverge(t testing.TB, cfg *rest.Config, adjust func(
 	}
 	t.Cleanup(func() { _ = stop() })
 	return cv, stop
+}
+
+// EgressArgs are the `converge run` flags that let a manager process reach
+// what testenv's in-process managers reach: peers on loopback and file://
+// repositories under the temporary directory.
+func EgressArgs() []string {
+	return []string{"--egress-allowed-cidrs", strings.Join(egress.Loopback, ","), "--git-file-roots", os.TempDir()}
 }

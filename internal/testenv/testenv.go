@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/gitops/receiver"
 	"github.com/converge-dev/converge/internal/localcp"
 	"github.com/converge-dev/converge/internal/setup"
@@ -175,7 +176,12 @@ func Start(ctx context.Context, o Options) (*Environment, error) {
 	// seen taking ~5 s to stop at the end of a suite with VMs, which failed
 	// the suite after every test had passed.
 	mo.GracefulShutdownTimeout = 15 * time.Second
-	mo.SkipControllerNameValidation = true // a test may start a second environment
+	mo.SkipControllerNameValidation = true
+	// As under `converge up`: the peers tests start listen on loopback,
+	// and their git repositories are file:// URLs under the temporary
+	// directory. test/security narrows both to attack them.
+	mo.EgressAllowedCIDRs = egress.Loopback
+	mo.GitOps.FileRoots = []string{os.TempDir()} // a test may start a second environment
 	receiverPort, err := FreePort()
 	if err != nil {
 		return nil, err

@@ -44,13 +44,14 @@ func TestVerbsThroughTheBinary(t *testing.T) {
 	g := NewWithT(t)
 	e := setup(t)
 	images := consoleImages(t)
-	var p *upProcess
+	// The Sync verbs use a file:// repository under the temporary
+	// directory, outside the directory `converge up` starts in.
+	args := []string{"--git-file-roots", os.TempDir()}
 	if images != "" {
-		p = e.start(t, "--machine-image-dir", images)
+		args = append(args, "--machine-image-dir", images)
 		t.Cleanup(func() { _ = (&qemu.Host{StateDir: filepath.Join(e.dataDir, "machines")}).StopAll() })
-	} else {
-		p = e.start(t)
 	}
+	p := e.start(t, args...)
 	p.waitReady(t)
 	kc := filepath.Join(e.dataDir, "kubeconfig")
 	root, err := testenv.RepoRoot()

@@ -37,6 +37,12 @@ const (
 	// GitOperationFailedReason: a clone or fetch failed (network, unknown
 	// ref, ...); the message carries the git error.
 	GitOperationFailedReason = "GitOperationFailed"
+	// URLNotAllowedReason: the manager may not reach spec.url — a file://
+	// path outside --git-file-roots, or a host whose address the cluster
+	// admin denies (--egress-denied-cidrs: loopback, link-local and the
+	// metadata addresses by default). Nothing was read or dialled; the
+	// GitRepository is Stalled until its URL or the manager's flags change.
+	URLNotAllowedReason = "URLNotAllowed"
 	// RefNotFoundReason: the branch, tag, semver range or commit does not
 	// exist in the repository.
 	RefNotFoundReason = "RefNotFound"

@@ -25,6 +25,11 @@ const (
 	// UnreachableReason: the server could not be reached (network, DNS,
 	// refused, timed out); retried with backoff.
 	UnreachableReason = "Unreachable"
+	// HostNotAllowedReason: the instance's host resolves to an address
+	// the cluster admin denies (--egress-denied-cidrs: loopback,
+	// link-local and the metadata addresses by default); nothing was
+	// dialled. Stalled, checked again every health interval.
+	HostNotAllowedReason = "HostNotAllowed"
 	// AuthenticationFailedReason: the server refused the admin credentials.
 	AuthenticationFailedReason = "AuthenticationFailed"
 	// AdminSecretInvalidReason: the admin Secret is missing or lacks the

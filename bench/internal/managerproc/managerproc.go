@@ -62,6 +62,7 @@ func Start(env *testenv.Environment, exe, dir string, args ...string) (*Manager,
 	m := &Manager{Dir: dir, pprofAddr: "127.0.0.1:" + strconv.Itoa(port)}
 	base := []string{"--webhook-port", "0", "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--acme-http01-bind-address", "0", "--pprof-bind-address", m.pprofAddr}
+	base = append(base, testenv.EgressArgs()...)
 	r, err := replicas.StartDirect(env.KubeconfigPath, exe, dir, "manager", append(base, args...)...)
 	if err != nil {
 		return nil, err

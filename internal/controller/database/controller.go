@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
 	creconcile "github.com/converge-dev/converge/pkg/reconcile"
@@ -144,6 +145,9 @@ func (e *SQLEngines) IsAuthError(err error) bool { return sqlengine.IsAuthError(
 // Reconciler reconciles Databases.
 type Reconciler struct {
 	client.Client
+	// Egress refuses instance hosts whose address the cluster admin
+	// denies (internal/egress); nil refuses nothing.
+	Egress *egress.Policy
 	// Recorder emits Events; set by SetupWithManager.
 	Recorder events.EventRecorder
 	// Engines connects to servers; SQLEngines when nil.

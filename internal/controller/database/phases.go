@@ -26,6 +26,7 @@ import (
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/secretcache"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	pcontract "github.com/converge-dev/converge/pkg/contract"
@@ -143,7 +144,8 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 	maxConns, _, _ := unstructured.NestedInt64(u.Object, "spec", "maxConnections")
 	t := &target{contract: st, spec: sqlengine.Spec{Name: dbName, Owner: owner, Charset: d.Spec.Charset, Extensions: d.Spec.Extensions, Claim: claimOf(d)}}
 	t.admin = sqlengine.Config{Engine: sqlengine.Engine(st.Engine), Host: st.Host, Port: st.Port,
-		User: string(sec.Data[databaseinstance.UsernameKey]), Password: string(sec.Data[databaseinstance.PasswordKey]), MaxConns: int(maxConns)}
+		User: string(sec.Data[databaseinstance.UsernameKey]), Password: string(sec.Data[databaseinstance.PasswordKey]), MaxConns: int(maxConns),
+		Egress: r.Egress}
 	t.admin.TLSMode = sqlengine.TLSRequire // the default when an instance kind says nothing
 	if mode, _, _ := unstructured.NestedString(u.Object, "spec", "tls", "mode"); mode != "" {
 		t.admin.TLSMode = sqlengine.TLSMode(mode)
@@ -165,6 +167,12 @@ func (r *Reconciler) resolveTarget(ctx context.Context, s *scope) (*target, ctrl
 	t.server, err = r.Engines.Admin(t.admin)
 	if err == nil {
 		err = t.server.Alive(ctx)
+	}
+	if denied := egress.Denial(err); denied != nil {
+		// An instance provider published a host the admin denies: Stalled
+		// until it or the manager's flags change (checked every resync).
+		s.fail(sqlv1alpha1.HostNotAllowedReason, fmt.Sprintf("%s %q at %s: %v", gvk.Kind, u.GetName(), net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), denied), true)
+		return nil, ctrl.Result{RequeueAfter: r.ResyncInterval}, nil
 	}
 	if err != nil {
 		s.fail(sqlv1alpha1.InstanceUnavailableReason, fmt.Sprintf("%s %q at %s: %v", gvk.Kind, u.GetName(), net.JoinHostPort(st.Host, strconv.Itoa(st.Port)), err), false)

@@ -31,6 +31,7 @@ import (
 
 	backupv1alpha1 "github.com/converge-dev/converge/api/backup/v1alpha1"
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	"github.com/converge-dev/converge/pkg/reconcile"
 )
@@ -62,6 +63,9 @@ type Dumper func(ctx context.Context, t sqlengine.Tools, c sqlengine.Config, ser
 // Reconciler reconciles the backup-before-delete finalizer on Databases.
 type Reconciler struct {
 	client.Client
+	// Egress refuses instance hosts whose address the cluster admin
+	// denies (internal/egress); nil refuses nothing.
+	Egress *egress.Policy
 	// Recorder emits Events; set by SetupWithManager.
 	Recorder events.EventRecorder
 	// BackupDir is the backup store: dumps are written under it, as

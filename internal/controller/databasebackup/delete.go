@@ -228,7 +228,7 @@ func (r *Reconciler) patchBackup(ctx context.Context, b *backupv1alpha1.Database
 // connection to the database, the server version, and whether the database
 // exists on the server.
 func (r *Reconciler) connection(ctx context.Context, d *sqlv1alpha1.Database) (sqlengine.Config, string, bool, error) {
-	cfg := sqlengine.Config{Database: databaseName(d)}
+	cfg := sqlengine.Config{Database: databaseName(d), Egress: r.Egress}
 	gv, err := schema.ParseGroupVersion(d.Spec.InstanceRef.APIVersion)
 	if err != nil {
 		return cfg, "", false, err

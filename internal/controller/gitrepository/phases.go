@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gitopsv1alpha1 "github.com/converge-dev/converge/api/gitops/v1alpha1"
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/git"
 	gitopsspec "github.com/converge-dev/converge/internal/gitops/spec"
 	creconcile "github.com/converge-dev/converge/pkg/reconcile"
@@ -148,6 +149,8 @@ func (r *Reconciler) reconcileFetch(ctx context.Context, s *scope) (ctrl.Result,
 
 func (r *Reconciler) gitFailure(s *scope, err error) {
 	switch {
+	case egress.Denial(err) != nil:
+		s.fail(gitopsv1alpha1.URLNotAllowedReason, true, "spec.url: %v", egress.Denial(err))
 	case errors.Is(err, git.ErrAuth):
 		s.fail(gitopsv1alpha1.AuthenticationFailedReason, false, "%v", err)
 	case errors.Is(err, git.ErrRefNotFound):

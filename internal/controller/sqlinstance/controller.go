@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sqlv1alpha1 "github.com/converge-dev/converge/api/sql/v1alpha1"
+	"github.com/converge-dev/converge/internal/egress"
 	"github.com/converge-dev/converge/internal/sqlengine"
 	creconcile "github.com/converge-dev/converge/pkg/reconcile"
 )
@@ -53,6 +54,9 @@ type Pinger func(ctx context.Context, c sqlengine.Config) (string, error)
 // Reconciler reconciles one instance kind.
 type Reconciler struct {
 	client.Client
+	// Egress refuses instance hosts whose address the cluster admin
+	// denies (internal/egress); nil refuses nothing.
+	Egress *egress.Policy
 	// Recorder emits Events; set by SetupWithManager.
 	Recorder events.EventRecorder
 	// Engine is the kind's engine: postgres or mariadb.
@@ -195,7 +199,7 @@ func (r *Reconciler) check(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.port == 0 {
 		s.port = DefaultPort(r.Engine)
 	}
-	cfg := sqlengine.Config{Engine: sqlengine.Engine(r.Engine), Host: spec.Host, Port: s.port, MaxConns: 1, TLSMode: sqlengine.TLSRequire}
+	cfg := sqlengine.Config{Engine: sqlengine.Engine(r.Engine), Host: spec.Host, Port: s.port, MaxConns: 1, TLSMode: sqlengine.TLSRequire, Egress: r.Egress}
 	if spec.TLS != nil && spec.TLS.Mode != "" {
 		cfg.TLSMode = sqlengine.TLSMode(spec.TLS.Mode)
 		if spec.TLS.Mode == sqlv1alpha1.TLSVerifyFull {
@@ -226,6 +230,9 @@ func (r *Reconciler) check(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	version, err := r.Ping(ctx, cfg)
 	switch {
+	case egress.Denial(err) != nil:
+		s.fail(sqlv1alpha1.HostNotAllowedReason, fmt.Sprintf("spec.host %s: %v", cfg.Host, egress.Denial(err)), true)
+		return ctrl.Result{RequeueAfter: r.HealthInterval}, nil
 	case err != nil && r.IsAuthError(err):
 		s.fail(sqlv1alpha1.AuthenticationFailedReason, fmt.Sprintf("the server refused the admin credentials in Secret %q: %v", spec.AdminSecretRef.Name, err), true)
 		return ctrl.Result{}, reconcile.TerminalError(errors.New(s.message))
