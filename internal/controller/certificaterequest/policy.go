@@ -184,8 +184,8 @@ func uriRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolic
 		return ""
 	}
 	if owner, ok := spiffeNamespace(u); ok && owner != ns {
-		return fmt.Sprintf("URI %q is an identity of namespace %s, and ClusterIssuer %q signs it only for requests of that namespace (no spec.policy.allowedURIs)%s",
-			u.String(), owner, ci.Name, hint)
+		return fmt.Sprintf("URI %q is an identity of namespace %s, and ClusterIssuer %q signs it only for requests of that namespace, not for namespace %s (no spec.policy.allowedURIs)%s",
+			u.String(), owner, ci.Name, ns, hint)
 	}
 	return fmt.Sprintf("URI %q: ClusterIssuer %q signs no URI but a SPIFFE ID of the requesting namespace (spiffe://<trust domain>/ns/%s/...) unless spec.policy.allowedURIs allows it, and it sets none (for namespace %s)%s",
 		u.String(), ci.Name, ns, ns, hint)
