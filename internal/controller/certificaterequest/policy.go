@@ -30,9 +30,11 @@ const namespacePlaceholder = pki.NamespacePlaceholder
 var clusterInternalZones = map[string]bool{"svc": true, "pod": true}
 
 // checkPolicy says why a ClusterIssuer may not sign csr for a request of
-// namespace ns, or "" when it may. A ClusterIssuer signs for every
-// namespace with one key that every namespace trusts: a tenant's leaf for
-// another tenant's Service name would let it pass for that Service.
+// namespace ns, or "" when it may: the namespace selector, then every DNS
+// name, IP address, e-mail address and URI. A ClusterIssuer signs for
+// every namespace with one key that every namespace trusts: a tenant's
+// leaf for another tenant's Service name, for someone's e-mail address or
+// for another site's URI would let it pass for them.
 func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIssuer, ns string, csr *x509.CertificateRequest) (string, error) {
 	p := ci.Spec.Policy
 	if p != nil && p.NamespaceSelector != nil {
@@ -82,7 +84,7 @@ func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerP
 			return ""
 		}
 		return fmt.Sprintf("DNS name %q matches none of ClusterIssuer %q spec.policy.allowedDNSNames %s (for namespace %s); ask the cluster admin, or use an Issuer of this namespace",
-			name, ci.Name, quoteList(p.AllowedDNSNames, 8), ns)
+			name, ci.Name, quoteList(p.AllowedDNSNames), ns)
 	}
 	if ns == clusterNS {
 		return ""
@@ -110,7 +112,7 @@ func ipAddressRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssue
 			return ""
 		}
 		return fmt.Sprintf("IP address %q is in none of ClusterIssuer %q spec.policy.allowedIPAddresses %s (for namespace %s)%s",
-			ip.String(), ci.Name, quoteList(p.AllowedIPAddresses, 8), ns, hint)
+			ip.String(), ci.Name, quoteList(p.AllowedIPAddresses), ns, hint)
 	}
 	if ns == clusterNS {
 		return ""
@@ -132,7 +134,7 @@ func emailAddressRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIs
 			return ""
 		}
 		return fmt.Sprintf("e-mail address %q matches none of ClusterIssuer %q spec.policy.allowedEmailAddresses %s (for namespace %s)%s",
-			addr, ci.Name, quoteList(p.AllowedEmailAddresses, 8), ns, hint)
+			addr, ci.Name, quoteList(p.AllowedEmailAddresses), ns, hint)
 	}
 	if ns == clusterNS {
 		return ""
@@ -178,7 +180,7 @@ func uriRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolic
 			return ""
 		}
 		return fmt.Sprintf("URI %q matches none of ClusterIssuer %q spec.policy.allowedURIs %s (for namespace %s)%s",
-			u.String(), ci.Name, quoteList(p.AllowedURIs, 8), ns, hint)
+			u.String(), ci.Name, quoteList(p.AllowedURIs), ns, hint)
 	}
 	if ns == clusterNS || ownSPIFFEID(u, ns) {
 		return ""
@@ -267,7 +269,7 @@ func namespacedACMERefused(patterns []string, issuer, ns string, csr *x509.Certi
 				return fmt.Sprintf("DNS name %q: Issuer %q is a namespaced ACME issuer, and --acme-namespaced-dns-names is empty, so namespaced ACME issuers order no name%s", name, issuer, hint)
 			}
 			return fmt.Sprintf("DNS name %q matches none of --acme-namespaced-dns-names %s (for namespace %s), the names a namespaced ACME issuer such as Issuer %q may order%s",
-				name, quoteList(patterns, 8), ns, issuer, hint)
+				name, quoteList(patterns), ns, issuer, hint)
 		}
 	}
 	if len(csr.IPAddresses) > 0 {
@@ -357,8 +359,10 @@ func spiffeNamespace(u *url.URL) (string, bool) {
 	return "", false
 }
 
-// quoteList quotes at most max items of l.
-func quoteList(l []string, limit int) string {
+// quoteList quotes at most 8 items of l, so that a message stays short
+// however long the admin's list is.
+func quoteList(l []string) string {
+	const limit = 8
 	q := make([]string, 0, min(len(l), limit)+1)
 	for i, s := range l {
 		if i == limit {
