@@ -3,6 +3,7 @@ package security
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -119,6 +120,11 @@ func TestClusterIssuerSignsNoEmailOrURIUnlessAllowed(t *testing.T) {
 		AllowedEmailAddresses: []string{"ops@example.com", "ops-*@example.com"},
 		AllowedURIs:           []string{"https://example.com/", "bank.example"}},
 		"spec.policy.allowedEmailAddresses[1]", "spec.policy.allowedURIs[1]")
+	many := make([]string, 65)
+	for i := range many {
+		many[i] = fmt.Sprintf("ops-%d@example.com", i)
+	}
+	bad("cluster-sans-many", &pkiv1alpha1.ClusterIssuerPolicy{AllowedEmailAddresses: many}, "spec.policy.allowedEmailAddresses", "must have at most 64 items")
 
 	// The victim is untouched.
 	var crs pkiv1alpha1.CertificateRequestList
