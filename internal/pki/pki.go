@@ -1,7 +1,8 @@
 // Package pki holds the cryptography of the certificates controllers: key
 // generation and encoding, CSRs built from a Certificate's spec, signing
-// (self-signed and by a CA), and the checks that decide whether a Secret
-// still matches its Certificate. It does no I/O.
+// (self-signed and by a CA), the checks that decide whether a Secret
+// still matches its Certificate, and the grammar of a ClusterIssuer
+// policy's e-mail address and URI patterns (pattern.go). It does no I/O.
 package pki
 
 import (

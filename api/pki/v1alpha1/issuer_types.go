@@ -225,6 +225,38 @@ type ClusterIssuerPolicy struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=49
 	AllowedIPAddresses []string `json:"allowedIPAddresses,omitempty"`
+	// allowedEmailAddresses are the e-mail addresses a request may carry,
+	// as <local part>@<domain>: the local part is "*" (any), "{namespace}"
+	// (the requesting namespace) or itself (case-sensitively); the domain
+	// is matched as allowedDNSNames are, "*" one DNS label, e.g.
+	// "{namespace}@example.com", "*@{namespace}.mail.example.com".
+	// Empty (or no policy), a request carries an e-mail address only in
+	// --cluster-resource-namespace: an address belongs to no namespace.
+	// Set, every address must match one, in every namespace.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=320
+	// +kubebuilder:validation:items:Pattern=`^(\*|\{namespace\}|[-a-zA-Z0-9.!#$%&'+/=?^_|~]+)@(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)(\.(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?))*$`
+	AllowedEmailAddresses []string `json:"allowedEmailAddresses,omitempty"`
+	// allowedURIs are the URIs a request may carry, as
+	// scheme://host[:port][/path]: the scheme and port match themselves,
+	// the host is matched as allowedDNSNames are, and the path segment by
+	// segment, "*" being any one non-empty segment (never a "/", never a
+	// dot segment) and "{namespace}" the requesting namespace, any other
+	// segment itself; a URI with user info, a query or a fragment matches
+	// none. E.g. "spiffe://cluster.local/ns/{namespace}/sa/*",
+	// "https://{namespace}.apps.example.com/". Empty (or no policy), a
+	// request of a namespace other than --cluster-resource-namespace
+	// carries only Kubernetes SPIFFE IDs of its own namespace
+	// (spiffe://<trust domain>/ns/<namespace>/...). Set, every URI must
+	// match one, in every namespace.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][-a-zA-Z0-9+.]*://(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)(\.(\*|\{namespace\}|[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?))*(:[0-9]{1,5})?(/(\*|\{namespace\}|[-a-zA-Z0-9._~!$&'()+,;=:@%]*))*$`
+	AllowedURIs []string `json:"allowedURIs,omitempty"`
 }
 
 // +kubebuilder:object:root=true

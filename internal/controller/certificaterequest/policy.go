@@ -17,11 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	pkiv1alpha1 "github.com/converge-dev/converge/api/pki/v1alpha1"
+	"github.com/converge-dev/converge/internal/pki"
 )
 
 // namespacePlaceholder in a policy pattern stands for the requesting
 // namespace.
-const namespacePlaceholder = "{namespace}"
+const namespacePlaceholder = pki.NamespacePlaceholder
 
 // clusterInternalZones are the labels after which, in a cluster-internal
 // name, comes what the name belongs to: <x>.<namespace>.svc[.<domain>] and
@@ -29,9 +30,11 @@ const namespacePlaceholder = "{namespace}"
 var clusterInternalZones = map[string]bool{"svc": true, "pod": true}
 
 // checkPolicy says why a ClusterIssuer may not sign csr for a request of
-// namespace ns, or "" when it may. A ClusterIssuer signs for every
-// namespace with one key that every namespace trusts: a tenant's leaf for
-// another tenant's Service name would let it pass for that Service.
+// namespace ns, or "" when it may: the namespace selector, then every DNS
+// name, IP address, e-mail address and URI. A ClusterIssuer signs for
+// every namespace with one key that every namespace trusts: a tenant's
+// leaf for another tenant's Service name, for someone's e-mail address or
+// for another site's URI would let it pass for them.
 func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIssuer, ns string, csr *x509.CertificateRequest) (string, error) {
 	p := ci.Spec.Policy
 	if p != nil && p.NamespaceSelector != nil {
@@ -60,9 +63,14 @@ func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIss
 			return why, nil
 		}
 	}
+	for _, e := range csr.EmailAddresses {
+		if why := emailAddressRefused(ci, p, ns, r.ClusterResourceNamespace, e); why != "" {
+			return why, nil
+		}
+	}
 	for _, u := range csr.URIs {
-		if owner, ok := spiffeNamespace(u); ok && owner != ns && ns != r.ClusterResourceNamespace {
-			return fmt.Sprintf("URI %q is an identity of namespace %s, and ClusterIssuer %q signs it only for requests of that namespace", u.String(), owner, ci.Name), nil
+		if why := uriRefused(ci, p, ns, r.ClusterResourceNamespace, u); why != "" {
+			return why, nil
 		}
 	}
 	return "", nil
@@ -76,7 +84,7 @@ func dnsNameRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerP
 			return ""
 		}
 		return fmt.Sprintf("DNS name %q matches none of ClusterIssuer %q spec.policy.allowedDNSNames %s (for namespace %s); ask the cluster admin, or use an Issuer of this namespace",
-			name, ci.Name, quoteList(p.AllowedDNSNames, 8), ns)
+			name, ci.Name, quoteList(p.AllowedDNSNames), ns)
 	}
 	if ns == clusterNS {
 		return ""
@@ -104,13 +112,145 @@ func ipAddressRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssue
 			return ""
 		}
 		return fmt.Sprintf("IP address %q is in none of ClusterIssuer %q spec.policy.allowedIPAddresses %s (for namespace %s)%s",
-			ip.String(), ci.Name, quoteList(p.AllowedIPAddresses, 8), ns, hint)
+			ip.String(), ci.Name, quoteList(p.AllowedIPAddresses), ns, hint)
 	}
 	if ns == clusterNS {
 		return ""
 	}
 	return fmt.Sprintf("IP address %q: ClusterIssuer %q signs IP addresses only inside spec.policy.allowedIPAddresses, and it sets none (requests of namespace %s may carry no IP address)%s",
 		ip.String(), ci.Name, ns, hint)
+}
+
+// emailAddressRefused applies the policy (or its default) to one e-mail
+// address: with spec.policy.allowedEmailAddresses set, addr must match one
+// of them, in every namespace; without, no namespace but clusterNS gets an
+// address signed. An address, like an IP address, names no namespace: a
+// tenant's leaf for admin@corp.example would sign mail as that person to
+// every client trusting the ClusterIssuer.
+func emailAddressRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolicy, ns, clusterNS, addr string) string {
+	const hint = "; ask the cluster admin, or use an Issuer of this namespace"
+	if p != nil && len(p.AllowedEmailAddresses) > 0 {
+		if slices.ContainsFunc(p.AllowedEmailAddresses, func(pat string) bool { return matchEmail(pat, ns, addr) }) {
+			return ""
+		}
+		return fmt.Sprintf("e-mail address %q matches none of ClusterIssuer %q spec.policy.allowedEmailAddresses %s (for namespace %s)%s",
+			addr, ci.Name, quoteList(p.AllowedEmailAddresses), ns, hint)
+	}
+	if ns == clusterNS {
+		return ""
+	}
+	return fmt.Sprintf("e-mail address %q: ClusterIssuer %q signs e-mail addresses only matching spec.policy.allowedEmailAddresses, and it sets none (requests of namespace %s may carry no e-mail address)%s",
+		addr, ci.Name, ns, hint)
+}
+
+// matchEmail matches an e-mail address against a policy pattern
+// <local>@<domain>: a local part "*" matches any local part, "{namespace}"
+// the namespace, any other only itself (case-sensitively, as RFC 5321
+// reads it); the domain is matched as a DNS name (matchPattern).
+func matchEmail(pattern, ns, addr string) bool {
+	pl, pd, ok := pki.SplitEmail(pattern)
+	local, domain, ok2 := pki.SplitEmail(addr)
+	if !ok || !ok2 {
+		return false
+	}
+	switch pl {
+	case pki.AnyPlaceholder:
+	case namespacePlaceholder:
+		if local != ns {
+			return false
+		}
+	default:
+		if local != pl {
+			return false
+		}
+	}
+	return matchesAny([]string{pd}, ns, normalName(domain))
+}
+
+// uriRefused applies the policy (or its default) to one URI: with
+// spec.policy.allowedURIs set, u must match one of them, in every
+// namespace; without, a tenant namespace gets only a Kubernetes SPIFFE ID
+// of its own (spiffe://<trust domain>/ns/<namespace>/...) signed, and
+// clusterNS any URI. Any other URI names no namespace: a tenant's leaf for
+// https://bank.example/ would pass for that site.
+func uriRefused(ci *pkiv1alpha1.ClusterIssuer, p *pkiv1alpha1.ClusterIssuerPolicy, ns, clusterNS string, u *url.URL) string {
+	const hint = "; ask the cluster admin, or use an Issuer of this namespace"
+	if p != nil && len(p.AllowedURIs) > 0 {
+		if slices.ContainsFunc(p.AllowedURIs, func(pat string) bool { return matchURI(pat, ns, u) }) {
+			return ""
+		}
+		return fmt.Sprintf("URI %q matches none of ClusterIssuer %q spec.policy.allowedURIs %s (for namespace %s)%s",
+			u.String(), ci.Name, quoteList(p.AllowedURIs), ns, hint)
+	}
+	if ns == clusterNS || ownSPIFFEID(u, ns) {
+		return ""
+	}
+	if owner, ok := spiffeNamespace(u); ok && owner != ns {
+		return fmt.Sprintf("URI %q is an identity of namespace %s, and ClusterIssuer %q signs it only for requests of that namespace, not for namespace %s (no spec.policy.allowedURIs)%s",
+			u.String(), owner, ci.Name, ns, hint)
+	}
+	return fmt.Sprintf("URI %q: ClusterIssuer %q signs no URI but a SPIFFE ID of the requesting namespace (spiffe://<trust domain>/ns/%s/...) unless spec.policy.allowedURIs allows it, and it sets none (for namespace %s)%s",
+		u.String(), ci.Name, ns, ns, hint)
+}
+
+// plainHierarchical reports whether u is scheme://host[:port]/path with no
+// user info, query, fragment or dot segment: what a URI pattern matches.
+// Dot segments are refused because a verifier may resolve them
+// (spiffe://td/ns/a/../b is /ns/b), and "*" must not match them.
+func plainHierarchical(u *url.URL) bool {
+	if u.Opaque != "" || u.User != nil || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return false
+	}
+	return !slices.ContainsFunc(strings.Split(u.EscapedPath(), "/"), func(seg string) bool {
+		dec, err := url.PathUnescape(seg)
+		return err != nil || dec == "." || dec == ".."
+	})
+}
+
+// ownSPIFFEID reports whether u is a Kubernetes SPIFFE ID of namespace ns:
+// spiffe://<any trust domain>/ns/<ns>[/<segment>...], no port, no empty
+// segment.
+func ownSPIFFEID(u *url.URL, ns string) bool {
+	if !strings.EqualFold(u.Scheme, "spiffe") || !plainHierarchical(u) || u.Port() != "" {
+		return false
+	}
+	segs := strings.Split(u.EscapedPath(), "/")
+	return len(segs) >= 3 && segs[0] == "" && segs[1] == "ns" && segs[2] == ns && !slices.Contains(segs[1:], "")
+}
+
+// matchURI matches a URI against a policy pattern
+// (pki.ParseURIPattern): the scheme and port as they are, the host as a
+// DNS name (matchPattern), the path segment by segment, "*" any one
+// non-empty segment, "{namespace}" the namespace, any other segment itself
+// (in escaped form, case-sensitively). A URI with user info, a query, a
+// fragment or a dot segment matches no pattern.
+func matchURI(pattern, ns string, u *url.URL) bool {
+	pp, err := pki.ParseURIPattern(pattern)
+	if err != nil || !strings.EqualFold(u.Scheme, pp.Scheme) || u.Port() != pp.Port || !plainHierarchical(u) ||
+		!matchesAny([]string{pp.Host}, ns, normalName(u.Hostname())) {
+		return false
+	}
+	segs := strings.Split(u.EscapedPath(), "/")
+	if len(segs) != len(pp.Path) {
+		return false
+	}
+	for i, seg := range segs {
+		switch pp.Path[i] {
+		case pki.AnyPlaceholder:
+			if seg == "" {
+				return false
+			}
+		case namespacePlaceholder:
+			if seg != ns {
+				return false
+			}
+		default:
+			if seg != pp.Path[i] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // namespacedACMERefused says why the acme Issuer issuer of namespace ns
@@ -129,7 +269,7 @@ func namespacedACMERefused(patterns []string, issuer, ns string, csr *x509.Certi
 				return fmt.Sprintf("DNS name %q: Issuer %q is a namespaced ACME issuer, and --acme-namespaced-dns-names is empty, so namespaced ACME issuers order no name%s", name, issuer, hint)
 			}
 			return fmt.Sprintf("DNS name %q matches none of --acme-namespaced-dns-names %s (for namespace %s), the names a namespaced ACME issuer such as Issuer %q may order%s",
-				name, quoteList(patterns, 8), ns, issuer, hint)
+				name, quoteList(patterns), ns, issuer, hint)
 		}
 	}
 	if len(csr.IPAddresses) > 0 {
@@ -219,8 +359,10 @@ func spiffeNamespace(u *url.URL) (string, bool) {
 	return "", false
 }
 
-// quoteList quotes at most max items of l.
-func quoteList(l []string, limit int) string {
+// quoteList quotes at most 8 items of l, so that a message stays short
+// however long the admin's list is.
+func quoteList(l []string) string {
+	const limit = 8
 	q := make([]string, 0, min(len(l), limit)+1)
 	for i, s := range l {
 		if i == limit {

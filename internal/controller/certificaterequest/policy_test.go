@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -114,6 +115,94 @@ func TestIPAddressPolicy(t *testing.T) {
 		why := ipAddressRefused(ci, c.p, c.ns, "converge-system", net.ParseIP(c.ip))
 		if c.refusing == "" && why != "" || c.refusing != "" && !strings.Contains(why, c.refusing) {
 			t.Errorf("%s for namespace %s: got %q, want refusal naming %q", c.ip, c.ns, why, c.refusing)
+		}
+	}
+}
+
+// E-mail addresses and URIs: without spec.policy.allowedEmailAddresses no
+// address is signed for a tenant namespace, and without allowedURIs no URI
+// but a Kubernetes SPIFFE ID of the requesting namespace (the cluster
+// resource namespace is exempt from both defaults); set, each list decides
+// alone, in every namespace, "*" standing for one label, local part or
+// path segment and "{namespace}" for the requesting namespace.
+func TestEmailAndURIPolicy(t *testing.T) {
+	ci := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "ca"}}
+	emails := &pkiv1alpha1.ClusterIssuerPolicy{AllowedEmailAddresses: []string{"{namespace}@example.com", "*@{namespace}.mail.example.com", "ops@*.example.org"}}
+	uris := &pkiv1alpha1.ClusterIssuerPolicy{AllowedURIs: []string{
+		"spiffe://cluster.local/ns/{namespace}/sa/*", "https://{namespace}.apps.example.com/", "https://*.example.net:8443/api/*/v1", "bad pattern"}}
+	for _, c := range []struct {
+		p             *pkiv1alpha1.ClusterIssuerPolicy
+		ns, san       string // a SAN with ":" is a URI
+		refusing      string // "" for allowed
+		alsoInMessage string
+	}{
+		// E-mail addresses, no policy.
+		{nil, "a", "admin@corp.example", `e-mail address "admin@corp.example": ClusterIssuer "ca" signs e-mail addresses only matching spec.policy.allowedEmailAddresses, and it sets none`, "namespace a"},
+		{&pkiv1alpha1.ClusterIssuerPolicy{AllowedDNSNames: []string{"*.{namespace}.svc"}}, "a", "a@example.com", "sets none", ""},
+		{nil, "converge-system", "admin@corp.example", "", ""},
+		// E-mail addresses, set.
+		{emails, "a", "a@example.com", "", ""},
+		{emails, "a", "a@EXAMPLE.com.", "", ""},
+		{emails, "a", "anyone@a.mail.example.com", "", ""},
+		{emails, "a", "ops@x.example.org", "", ""},
+		{emails, "a", "b@example.com", `e-mail address "b@example.com" matches none of ClusterIssuer "ca" spec.policy.allowedEmailAddresses ["{namespace}@example.com", "*@{namespace}.mail.example.com", "ops@*.example.org"]`, "(for namespace a)"},
+		{emails, "a", "A@example.com", "matches none", ""}, // local parts are case-sensitive
+		{emails, "a", "anyone@b.mail.example.com", "matches none", ""},
+		{emails, "a", "anyone@x.a.mail.example.com", "matches none", ""},
+		{emails, "a", "ops@example.org", "matches none", ""},
+		{emails, "a", "Ops@x.example.org", "matches none", ""},
+		{emails, "a", "a@example.com@evil.example", "matches none", ""},
+		{emails, "a", "@example.com", "matches none", ""},
+		{emails, "converge-system", "admin@corp.example", "matches none", ""},
+		// URIs, no policy: the own namespace's SPIFFE IDs only.
+		{nil, "a", "spiffe://cluster.local/ns/a/sa/default", "", ""},
+		{nil, "a", "spiffe://other.domain/ns/a/sa/web", "", ""},
+		{nil, "a", "spiffe://cluster.local/ns/b/sa/default", `URI "spiffe://cluster.local/ns/b/sa/default" is an identity of namespace b`, "not for namespace a (no spec.policy.allowedURIs)"},
+		{nil, "a", "https://bank.example/", `URI "https://bank.example/": ClusterIssuer "ca" signs no URI but a SPIFFE ID of the requesting namespace (spiffe://<trust domain>/ns/a/...) unless spec.policy.allowedURIs allows it, and it sets none`, "(for namespace a)"},
+		{nil, "a", "spiffe://cluster.local/ns/a/sa/x/../../b/sa/y", "sets none", ""},
+		{nil, "a", "spiffe://cluster.local/x/ns/a/sa/default", "sets none", ""},
+		{nil, "a", "spiffe://cluster.local/ns/a/sa/default?x=1", "sets none", ""},
+		{nil, "a", "spiffe://cluster.local:8443/ns/a/sa/default", "sets none", ""},
+		{nil, "a", "spiffe://u@cluster.local/ns/a/sa/default", "sets none", ""},
+		{nil, "a", "spiffe://cluster.local/ns/a//default", "sets none", ""},
+		{nil, "a", "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66", "sets none", ""},
+		{nil, "converge-system", "https://bank.example/", "", ""},
+		// URIs, set.
+		{uris, "a", "spiffe://cluster.local/ns/a/sa/web", "", ""},
+		{uris, "a", "SPIFFE://Cluster.Local/ns/a/sa/web", "", ""},
+		{uris, "a", "https://a.apps.example.com/", "", ""},
+		{uris, "a", "https://x.example.net:8443/api/v2/v1", "", ""},
+		{uris, "a", "spiffe://other.domain/ns/a/sa/web", `URI "spiffe://other.domain/ns/a/sa/web" matches none of ClusterIssuer "ca" spec.policy.allowedURIs ["spiffe://cluster.local/ns/{namespace}/sa/*", "https://{namespace}.apps.example.com/", "https://*.example.net:8443/api/*/v1", "bad pattern"]`, "(for namespace a)"},
+		{uris, "a", "spiffe://cluster.local/ns/b/sa/web", "matches none", ""},
+		{uris, "a", "spiffe://cluster.local/ns/a/sa/web/x", "matches none", ""},
+		{uris, "a", "spiffe://cluster.local/ns/a/sa/", "matches none", ""},
+		{uris, "a", "spiffe://cluster.local/ns/a/sa/..", "matches none", ""},
+		{uris, "a", "spiffe://cluster.local/ns/a/sa/%2e%2e", "matches none", ""},
+		{uris, "a", "https://a.apps.example.com", "matches none", ""},
+		{uris, "a", "https://b.apps.example.com/", "matches none", ""},
+		{uris, "a", "http://a.apps.example.com/", "matches none", ""},
+		{uris, "a", "https://a.apps.example.com:444/", "matches none", ""},
+		{uris, "a", "https://a.apps.example.com/?next=https://bank.example/", "matches none", ""},
+		{uris, "a", "https://a.apps.example.com/#x", "matches none", ""},
+		{uris, "a", "https://u@a.apps.example.com/", "matches none", ""},
+		{uris, "a", "https://x.example.net/api/v2/v1", "matches none", ""},
+		{uris, "a", "https://x.example.net:8443/api/v2/x/v1", "matches none", ""},
+		{uris, "a", "https://x.example.net:8443/api//v1", "matches none", ""},
+		{uris, "a", "https://bank.example/", "matches none", ""},
+		{uris, "converge-system", "https://bank.example/", "matches none", ""},
+	} {
+		var why string
+		if strings.Contains(c.san, ":") {
+			u, err := url.Parse(c.san)
+			if err != nil {
+				t.Fatal(err)
+			}
+			why = uriRefused(ci, c.p, c.ns, "converge-system", u)
+		} else {
+			why = emailAddressRefused(ci, c.p, c.ns, "converge-system", c.san)
+		}
+		if c.refusing == "" && why != "" || c.refusing != "" && (!strings.Contains(why, c.refusing) || !strings.Contains(why, c.alsoInMessage)) {
+			t.Errorf("%s for namespace %s: got %q, want refusal naming %q and %q", c.san, c.ns, why, c.refusing, c.alsoInMessage)
 		}
 	}
 }

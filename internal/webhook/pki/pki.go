@@ -280,8 +280,10 @@ func (ClusterIssuer) ValidateDelete(context.Context, *pkiv1alpha1.ClusterIssuer)
 }
 
 // validatePolicy checks a ClusterIssuer's policy: its namespace selector
-// must parse and every allowedIPAddresses entry be a CIDR (the schema
-// checks the name patterns).
+// must parse, every allowedIPAddresses entry be a CIDR, every
+// allowedEmailAddresses entry an e-mail address pattern and every
+// allowedURIs entry a URI pattern (the schema checks the DNS name patterns
+// and, roughly, the others).
 func validatePolicy(pol *pkiv1alpha1.ClusterIssuerPolicy, p *field.Path) field.ErrorList {
 	if pol == nil {
 		return nil
@@ -296,6 +298,16 @@ func validatePolicy(pol *pkiv1alpha1.ClusterIssuerPolicy, p *field.Path) field.E
 		if _, err := netip.ParsePrefix(cidr); err != nil {
 			errs = append(errs, field.Invalid(p.Child("allowedIPAddresses").Index(i), cidr,
 				"not a CIDR: write an address range as 10.96.0.0/12 or 2001:db8::/64, one address as 192.0.2.7/32"))
+		}
+	}
+	for i, pat := range pol.AllowedEmailAddresses {
+		if err := pki.CheckEmailPattern(pat); err != nil {
+			errs = append(errs, field.Invalid(p.Child("allowedEmailAddresses").Index(i), pat, "not an e-mail address pattern: "+err.Error()))
+		}
+	}
+	for i, pat := range pol.AllowedURIs {
+		if _, err := pki.ParseURIPattern(pat); err != nil {
+			errs = append(errs, field.Invalid(p.Child("allowedURIs").Index(i), pat, "not a URI pattern: "+err.Error()))
 		}
 	}
 	return errs

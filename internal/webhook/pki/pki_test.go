@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"testing"
 	"time"
 
@@ -295,4 +296,47 @@ func TestValidateClusterIssuerIPPolicy(t *testing.T) {
 	warns, err = w.ValidateCreate(ctx, acme(&pkiv1alpha1.ClusterIssuerPolicy{AllowedDNSNames: []string{"*.{namespace}.apps.example.com"}}))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(warns).To(BeEmpty())
+}
+
+// TestValidateClusterIssuerEmailURIPolicy: every
+// spec.policy.allowedEmailAddresses entry must be <local part>@<domain
+// pattern> and every allowedURIs entry scheme://host[:port][/path] with
+// "*" and "{namespace}" only as whole labels, local parts or segments;
+// each refusal names its index.
+func TestValidateClusterIssuerEmailURIPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := webhookpki.ClusterIssuer{}
+	ca := func(pol *pkiv1alpha1.ClusterIssuerPolicy) *pkiv1alpha1.ClusterIssuer {
+		return &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "cluster-ca"},
+			Spec: pkiv1alpha1.ClusterIssuerSpec{IssuerSpec: pkiv1alpha1.IssuerSpec{CA: &pkiv1alpha1.CAIssuer{SecretName: "ca"}}, Policy: pol}}
+	}
+	good := &pkiv1alpha1.ClusterIssuerPolicy{
+		AllowedEmailAddresses: []string{"{namespace}@example.com", "*@{namespace}.mail.example.com", "ops.team+alerts@*.example.org"},
+		AllowedURIs: []string{"spiffe://cluster.local/ns/{namespace}/sa/*", "https://{namespace}.apps.example.com/", "https://*.example.net:8443/api/*/v1",
+			"spiffe://cluster.local", "https://example.com/a%20b/"},
+	}
+	warns, err := w.ValidateCreate(ctx, ca(good))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(warns).To(BeEmpty())
+
+	bad := &pkiv1alpha1.ClusterIssuerPolicy{
+		AllowedEmailAddresses: []string{"ops@example.com", "example.com", "ops-*@example.com", "ops@exa_mple.com", "@example.com", "ops@", "{namespace}x@example.com"},
+		AllowedURIs: []string{"https://example.com/", "example.com/path", "https://example.com/?q=1", "https://u@example.com/", "https://example.com:port/",
+			"https://example.com/api-*/", "https://example.com/a/../b", "https://ex_ample.com/", "https://example.com/%zz", "https:///path"},
+	}
+	_, err = w.ValidateCreate(ctx, ca(bad))
+	g.Expect(err).To(HaveOccurred())
+	for i := 1; i < len(bad.AllowedEmailAddresses); i++ {
+		g.Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("spec.policy.allowedEmailAddresses[%d]", i)))
+	}
+	for i := 1; i < len(bad.AllowedURIs); i++ {
+		g.Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("spec.policy.allowedURIs[%d]", i)))
+	}
+	g.Expect(err.Error()).To(And(ContainSubstring("not an e-mail address pattern"), ContainSubstring("not a URI pattern"),
+		ContainSubstring("stand only for a whole segment"), ContainSubstring("dot segments"), ContainSubstring("query or fragment")))
+	g.Expect(err.Error()).NotTo(ContainSubstring("allowedEmailAddresses[0]"))
+	g.Expect(err.Error()).NotTo(ContainSubstring("allowedURIs[0]"))
+	_, err = w.ValidateUpdate(ctx, ca(good), ca(&pkiv1alpha1.ClusterIssuerPolicy{AllowedURIs: []string{"https://example.com/", "bank.example"}}))
+	g.Expect(err).To(MatchError(ContainSubstring("spec.policy.allowedURIs[1]")))
 }
