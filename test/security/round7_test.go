@@ -54,11 +54,19 @@ func askClusterIssuer(t *testing.T, g Gomega, tn *tenant, ci *pkiv1alpha1.Cluste
 // outcome (Ready no longer Pending).
 func askFor(t *testing.T, g Gomega, tn *tenant, issuer pkiv1alpha1.IssuerReference, shard, name string, spec pkiv1alpha1.CertificateSpec, timeout time.Duration) *pkiv1alpha1.CertificateRequest {
 	t.Helper()
-	ctx := t.Context()
 	key, err := pki.GenerateKey(pki.KeySpec{Algorithm: pkiv1alpha1.ECDSAKeyAlgorithm, Size: 256})
 	g.Expect(err).NotTo(HaveOccurred())
 	csr, err := pki.BuildCSR(&spec, key)
 	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("request %s for %v %v %q", name, spec.DNSNames, spec.IPAddresses, spec.CommonName)
+	return askWithCSR(t, g, tn, issuer, shard, name, csr, timeout)
+}
+
+// askWithCSR is askFor with the request's PEM CSR as given (a hand-written
+// one carries what no Certificate asks for).
+func askWithCSR(t *testing.T, g Gomega, tn *tenant, issuer pkiv1alpha1.IssuerReference, shard, name string, csr []byte, timeout time.Duration) *pkiv1alpha1.CertificateRequest {
+	t.Helper()
+	ctx := t.Context()
 	cr := &pkiv1alpha1.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: tn.NS, Name: name},
 		Spec: pkiv1alpha1.CertificateRequestSpec{Request: csr, IssuerRef: issuer}}
 	if shard != "" {
@@ -72,7 +80,7 @@ func askFor(t *testing.T, g Gomega, tn *tenant, issuer pkiv1alpha1.IssuerReferen
 		g.Expect(c.Reason).NotTo(Equal(pkiv1alpha1.PendingReason), c.Message)
 	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
 	c := meta.FindStatusCondition(cr.Status.Conditions, pkiv1alpha1.ReadyCondition)
-	t.Logf("request %s for %v %v %q: Ready %s %s", name, spec.DNSNames, spec.IPAddresses, spec.CommonName, c.Reason, c.Message)
+	t.Logf("request %s: Ready %s %s", name, c.Reason, c.Message)
 	return cr
 }
 

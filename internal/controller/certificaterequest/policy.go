@@ -3,6 +3,8 @@ package certificaterequest
 import (
 	"context"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"net"
 	"net/netip"
@@ -53,6 +55,9 @@ func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIss
 			return fmt.Sprintf("ClusterIssuer %q spec.policy.namespaceSelector does not select namespace %s; ask the cluster admin, or use an Issuer of this namespace", ci.Name, ns), nil
 		}
 	}
+	if why := subjectRefused(ci, ns, r.ClusterResourceNamespace, csr.Subject); why != "" {
+		return why, nil
+	}
 	for _, name := range dnsNamesOf(csr) {
 		if why := dnsNameRefused(ci, p, ns, r.ClusterResourceNamespace, name); why != "" {
 			return why, nil
@@ -74,6 +79,40 @@ func (r *Reconciler) checkPolicy(ctx context.Context, ci *pkiv1alpha1.ClusterIss
 		}
 	}
 	return "", nil
+}
+
+// subjectRefused: outside the cluster resource namespace a ClusterIssuer
+// signs a subject of a common name only. The signed leaf copies the
+// request's subject, and its other attributes are identities to many
+// clients — Kubernetes reads the organizations of a client certificate as
+// groups (O=system:masters is cluster-admin wherever the cluster CA is a
+// client CA). A Certificate never asks for them; only a hand-written
+// request can.
+func subjectRefused(ci *pkiv1alpha1.ClusterIssuer, ns, clusterNS string, subject pkix.Name) string {
+	if ns == clusterNS {
+		return ""
+	}
+	for _, a := range subject.Names {
+		if a.Type.Equal(oidCommonName) {
+			continue
+		}
+		name, ok := subjectAttributeNames[a.Type.String()]
+		if !ok {
+			name = "attribute " + a.Type.String()
+		}
+		return fmt.Sprintf("the request's subject carries %s %q; ClusterIssuer %q signs a subject of a common name only, except for requests of namespace %s (an organization is a group to Kubernetes); ask the cluster admin, or use an Issuer of this namespace",
+			name, fmt.Sprint(a.Value), ci.Name, clusterNS)
+	}
+	return ""
+}
+
+var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
+
+// subjectAttributeNames name the subject attributes Go parses.
+var subjectAttributeNames = map[string]string{
+	"2.5.4.10": "organization", "2.5.4.11": "organizational unit", "2.5.4.6": "country",
+	"2.5.4.8": "province", "2.5.4.7": "locality", "2.5.4.9": "street address",
+	"2.5.4.17": "postal code", "2.5.4.5": "serial number", "1.2.840.113549.1.9.1": "e-mail address",
 }
 
 // dnsNameRefused applies the policy (or its default) to one name.

@@ -1,8 +1,12 @@
 package certificaterequest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"net"
 	"net/url"
 	"strings"
@@ -203,6 +207,43 @@ func TestEmailAndURIPolicy(t *testing.T) {
 		}
 		if c.refusing == "" && why != "" || c.refusing != "" && (!strings.Contains(why, c.refusing) || !strings.Contains(why, c.alsoInMessage)) {
 			t.Errorf("%s for namespace %s: got %q, want refusal naming %q and %q", c.san, c.ns, why, c.refusing, c.alsoInMessage)
+		}
+	}
+}
+
+// The subject: outside the cluster resource namespace a ClusterIssuer
+// signs a common name and nothing else of a subject (the leaf copies it;
+// an organization is a Kubernetes group).
+func TestSubjectPolicy(t *testing.T) {
+	ci := &pkiv1alpha1.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "ca"}}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		subject  pkix.Name
+		ns       string
+		refusing string
+	}{
+		{pkix.Name{CommonName: "web.a.svc"}, "a", ""},
+		{pkix.Name{}, "a", ""},
+		{pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}}, "a", `the request's subject carries organization "system:masters"; ClusterIssuer "ca" signs a subject of a common name only, except for requests of namespace converge-system`},
+		{pkix.Name{CommonName: "web.a.svc", OrganizationalUnit: []string{"ops"}}, "a", `organizational unit "ops"`},
+		{pkix.Name{Country: []string{"NL"}}, "a", `country "NL"`},
+		{pkix.Name{CommonName: "x", ExtraNames: []pkix.AttributeTypeAndValue{{Type: asn1.ObjectIdentifier{0, 9, 2342, 19200300, 100, 1, 1}, Value: "uid"}}}, "a", `attribute 0.9.2342.19200300.100.1.1 "uid"`},
+		{pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}}, "converge-system", ""},
+	} {
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: c.subject}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr, err := x509.ParseCertificateRequest(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := subjectRefused(ci, c.ns, "converge-system", csr.Subject)
+		if c.refusing == "" && why != "" || c.refusing != "" && !strings.Contains(why, c.refusing) {
+			t.Errorf("%v for namespace %s: got %q, want refusal naming %q", c.subject, c.ns, why, c.refusing)
 		}
 	}
 }
