@@ -537,38 +537,9 @@ func TestWhyMachineNamesThePDBThatBlocksItsDrain(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	env.KubectlApply(t, ns, `
-apiVersion: infrastructure.converge.dev/v1alpha1
-kind: KwokMachine
-metadata: {name: held}
----
-apiVersion: machine.converge.dev/v1alpha1
-kind: Machine
-metadata: {name: held}
-spec:
-  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: held}
-  image: v1
-  version: "1.0"
-`)
 	kc := env.KubeconfigPath
-	m := &unstructured.Unstructured{}
-	m.SetGroupVersionKind(schema.GroupVersionKind{Group: "machine.converge.dev", Version: "v1alpha1", Kind: "Machine"})
-	var node string
-	testenv.Eventually(g, func(g Gomega) {
-		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, m)).To(Succeed())
-		node, _, _ = unstructured.NestedString(m.Object, "status", "nodeRef", "name")
-		g.Expect(node).NotTo(BeEmpty())
-		out, code := cv(t, kc, ns, "why", "machine/held")
-		g.Expect(code).To(Equal(0), out)
-	}).Should(Succeed())
-	env.KubectlApply(t, ns, fmt.Sprintf(`
-apiVersion: v1
-kind: Pod
-metadata: {name: guarded, labels: {app: guarded}}
-spec:
-  nodeName: %s
-  tolerations: [{operator: Exists}]
-  containers: [{name: c, image: nginx}]
+	m, node := runningKwokMachine(t, g, ns, "held", "")
+	env.KubectlApply(t, ns, guardedPodYAML(node)+fmt.Sprintf(`
 ---
 apiVersion: v1
 kind: Pod
@@ -580,18 +551,11 @@ spec:
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
-metadata: {name: guard}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: guarded}}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
 metadata: {name: bystander}
 spec:
   maxUnavailable: 0
   selector: {matchLabels: {app: nobody}}
-`, node, node))
+`, node))
 	g.Expect(env.Client.Delete(t.Context(), m)).To(Succeed())
 	// The drain really is refused: the controller says so.
 	testenv.Eventually(g, func(g Gomega) {
@@ -649,45 +613,9 @@ func TestWhyUpgradeNamesThePDBThatBlocksItsDrain(t *testing.T) {
 	testenv.Need(t, env)
 	g := NewWithT(t)
 	ns := env.NewNamespace(t)
-	env.KubectlApply(t, ns, `
-apiVersion: infrastructure.converge.dev/v1alpha1
-kind: KwokMachine
-metadata: {name: m0}
----
-apiVersion: machine.converge.dev/v1alpha1
-kind: Machine
-metadata: {name: m0, labels: {pool: held}}
-spec:
-  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: m0}
-  image: v1
-  version: "1.0"
-`)
 	kc := env.KubeconfigPath
-	m := &unstructured.Unstructured{}
-	m.SetGroupVersionKind(schema.GroupVersionKind{Group: "machine.converge.dev", Version: "v1alpha1", Kind: "Machine"})
-	var node string
-	testenv.Eventually(g, func(g Gomega) {
-		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "m0"}, m)).To(Succeed())
-		node, _, _ = unstructured.NestedString(m.Object, "status", "nodeRef", "name")
-		g.Expect(node).NotTo(BeEmpty())
-		out, code := cv(t, kc, ns, "why", "machine/m0")
-		g.Expect(code).To(Equal(0), out)
-	}).Should(Succeed())
-	env.KubectlApply(t, ns, fmt.Sprintf(`
-apiVersion: v1
-kind: Pod
-metadata: {name: guarded, labels: {app: guarded}}
-spec:
-  nodeName: %s
-  tolerations: [{operator: Exists}]
-  containers: [{name: c, image: nginx}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: guard}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: guarded}}
+	_, node := runningKwokMachine(t, g, ns, "m0", "{pool: held}")
+	env.KubectlApply(t, ns, guardedPodYAML(node)+`
 ---
 apiVersion: upgrade.converge.dev/v1alpha1
 kind: MachineUpgrade
@@ -697,7 +625,7 @@ spec:
   image: v2
   version: "2.0"
   strategy: {maxUnavailable: 1}
-`, node))
+`)
 	// The drain really is refused: the upgrade's conditions say so.
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "upgrade.converge.dev", Version: "v1alpha1", Kind: "MachineUpgrade"})
@@ -723,4 +651,59 @@ spec:
 	g.Expect(code).To(Equal(0), up)
 	t.Logf("converge tree poddisruptionbudget/guard --up:\n%s", up)
 	g.Expect(up).To(MatchRegexp(`(?m)^` + ns + `\s+└─blocks MachineUpgrade/v2\s+InProgress\s+DrainBlocked`))
+}
+
+// runningKwokMachine applies a KwokMachine and its Machine name (labels a
+// YAML flow map, or "" for none) and waits until the Machine has a Node
+// and why says it is Current; it returns the Machine and the Node's name.
+func runningKwokMachine(t *testing.T, g Gomega, ns, name, labels string) (*unstructured.Unstructured, string) {
+	t.Helper()
+	if labels == "" {
+		labels = "{}"
+	}
+	env.KubectlApply(t, ns, fmt.Sprintf(`
+apiVersion: infrastructure.converge.dev/v1alpha1
+kind: KwokMachine
+metadata: {name: %[1]s}
+---
+apiVersion: machine.converge.dev/v1alpha1
+kind: Machine
+metadata: {name: %[1]s, labels: %[2]s}
+spec:
+  infrastructureRef: {apiVersion: infrastructure.converge.dev/v1alpha1, kind: KwokMachine, name: %[1]s}
+  image: v1
+  version: "1.0"
+`, name, labels))
+	m := &unstructured.Unstructured{}
+	m.SetGroupVersionKind(schema.GroupVersionKind{Group: "machine.converge.dev", Version: "v1alpha1", Kind: "Machine"})
+	var node string
+	testenv.Eventually(g, func(g Gomega) {
+		g.Expect(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, m)).To(Succeed())
+		node, _, _ = unstructured.NestedString(m.Object, "status", "nodeRef", "name")
+		g.Expect(node).NotTo(BeEmpty())
+		out, code := cv(t, env.KubeconfigPath, ns, "why", "machine/"+name)
+		g.Expect(code).To(Equal(0), out)
+	}).Should(Succeed())
+	return m, node
+}
+
+// guardedPodYAML is a Pod "guarded" on node and the PodDisruptionBudget
+// "guard" that allows it no disruption.
+func guardedPodYAML(node string) string {
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: guarded, labels: {app: guarded}}
+spec:
+  nodeName: %s
+  tolerations: [{operator: Exists}]
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guard}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: guarded}}
+`, node)
 }
