@@ -539,23 +539,9 @@ func TestWhyMachineNamesThePDBThatBlocksItsDrain(t *testing.T) {
 	ns := env.NewNamespace(t)
 	kc := env.KubeconfigPath
 	m, node := runningKwokMachine(t, g, ns, "held", "")
-	env.KubectlApply(t, ns, guardedPodYAML(node)+fmt.Sprintf(`
----
-apiVersion: v1
-kind: Pod
-metadata: {name: unguarded, labels: {app: other}}
-spec:
-  nodeName: %s
-  tolerations: [{operator: Exists}]
-  containers: [{name: c, image: nginx}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: bystander}
-spec:
-  maxUnavailable: 0
-  selector: {matchLabels: {app: nobody}}
-`, node))
+	// A bystander budget selects no Pod the drain is refused for.
+	env.KubectlApply(t, ns, guardedPodYAML(node)+"---"+
+		podAndBudgetYAML(node, "unguarded", "other", "bystander", "maxUnavailable: 0, selector: {matchLabels: {app: nobody}}"))
 	g.Expect(env.Client.Delete(t.Context(), m)).To(Succeed())
 	// The drain really is refused: the controller says so.
 	testenv.Eventually(g, func(g Gomega) {
@@ -690,10 +676,16 @@ spec:
 // guardedPodYAML is a Pod "guarded" on node and the PodDisruptionBudget
 // "guard" that allows it no disruption.
 func guardedPodYAML(node string) string {
+	return podAndBudgetYAML(node, "guarded", "guarded", "guard", "minAvailable: 1, selector: {matchLabels: {app: guarded}}")
+}
+
+// podAndBudgetYAML is a Pod on node labelled app and a
+// PodDisruptionBudget with the given spec (a YAML flow map's inside).
+func podAndBudgetYAML(node, pod, app, budget, spec string) string {
 	return fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
-metadata: {name: guarded, labels: {app: guarded}}
+metadata: {name: %s, labels: {app: %s}}
 spec:
   nodeName: %s
   tolerations: [{operator: Exists}]
@@ -701,9 +693,7 @@ spec:
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
-metadata: {name: guard}
-spec:
-  minAvailable: 1
-  selector: {matchLabels: {app: guarded}}
-`, node)
+metadata: {name: %s}
+spec: {%s}
+`, pod, app, node, budget, spec)
 }
