@@ -69,10 +69,6 @@ type Policy struct {
 	// is the system resolver. (The dial itself always uses the system
 	// resolver and is checked again, so a lookup that lies is caught there.)
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
-	// DeniedFlag, AllowedFlag and FileRootsFlag name the settings in
-	// refusals, so that a person knows what the admin would change
-	// (defaults: the flags of `converge run`).
-	DeniedFlag, AllowedFlag, FileRootsFlag string
 }
 
 // Flags of `converge run` that set a Policy.
@@ -85,7 +81,7 @@ const (
 // New parses the CIDRs (an address without a prefix length is one
 // address) and cleans the roots. Errors name the flag.
 func New(denied, allowed, fileRoots []string) (*Policy, error) {
-	p := &Policy{DeniedFlag: DeniedFlag, AllowedFlag: AllowedFlag, FileRootsFlag: FileRootsFlag}
+	p := &Policy{}
 	var err error
 	if p.Denied, err = parsePrefixes(denied, DeniedFlag); err != nil {
 		return nil, err
@@ -143,7 +139,7 @@ func (p *Policy) CheckAddr(a netip.Addr) error {
 	for _, n := range p.Denied {
 		if n.Contains(a) {
 			return denied("%s is in %s, which the cluster admin denies (%s); ask for it with %s",
-				a, n, p.flag(p.DeniedFlag, DeniedFlag), p.flag(p.AllowedFlag, AllowedFlag))
+				a, n, DeniedFlag, AllowedFlag)
 		}
 	}
 	return nil
@@ -156,26 +152,14 @@ func (p *Policy) CheckHost(ctx context.Context, host string) error {
 	if p == nil {
 		return nil
 	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if a, err := netip.ParseAddr(host); err == nil {
-		if err := p.CheckAddr(a); err != nil {
-			return fmt.Errorf("host %s: %w", host, err)
-		}
-		return nil
-	}
-	addrs, err := p.lookup(ctx, host)
-	if err != nil {
-		return nil //nolint:nilerr // the dial reports an unknown name; only a known address is refused here
-	}
-	for _, a := range addrs {
-		if err := p.CheckAddr(a); err != nil {
-			return fmt.Errorf("host %s: %w", host, err)
-		}
+	if _, err := p.ResolveHost(ctx, host); Denial(err) != nil {
+		return err
 	}
 	return nil
 }
 
-// ResolveHost is CheckHost that also returns one checked address to dial,
+// ResolveHost resolves and checks host as CheckHost does, and returns one
+// checked address to dial,
 // for tools that resolve on their own (pg_dump, git://): connecting to it
 // leaves no window for the name to change in between.
 func (p *Policy) ResolveHost(ctx context.Context, host string) (netip.Addr, error) {
@@ -205,10 +189,10 @@ func (p *Policy) lookup(ctx context.Context, host string) ([]netip.Addr, error) 
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
-// Dialer returns a dialer that refuses, at connect time, every denied
-// address (after DNS, on every address tried).
-func (p *Policy) Dialer(timeout time.Duration) *net.Dialer {
-	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+// DialContext dials as a net.Dialer whose control function refuses, at
+// connect time, every denied address (after DNS, on every address tried).
+func (p *Policy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
 	if p != nil {
 		d.Control = func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
@@ -218,12 +202,7 @@ func (p *Policy) Dialer(timeout time.Duration) *net.Dialer {
 			return p.CheckAddr(ap.Addr())
 		}
 	}
-	return d
-}
-
-// DialContext dials through Dialer(0).
-func (p *Policy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	return p.Dialer(0).DialContext(ctx, network, address)
+	return d.DialContext(ctx, network, address)
 }
 
 // CheckFile refuses a path outside every FileRoots directory (symbolic
@@ -232,7 +211,7 @@ func (p *Policy) CheckFile(path string) error {
 	if p == nil {
 		return nil
 	}
-	flag := p.flag(p.FileRootsFlag, FileRootsFlag)
+	flag := FileRootsFlag
 	if len(p.FileRoots) == 0 {
 		return denied("file:// sources are off (%s names no directory); ask the cluster admin", flag)
 	}
@@ -270,22 +249,6 @@ func within(path, root string) bool {
 		return true
 	}
 	return path == root || strings.HasPrefix(path, root+string(os.PathSeparator))
-}
-
-func (p *Policy) flag(set, def string) string {
-	if set != "" {
-		return set
-	}
-	return def
-}
-
-// Strings formats prefixes for flags and messages.
-func Strings(ps []netip.Prefix) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
-	}
-	return out
 }
 
 // Denial returns the refusal inside err — without the words of the

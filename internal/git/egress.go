@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -42,28 +41,13 @@ func init() {
 
 const proxyScheme = "converge-egress"
 
-// policies maps a proxy URL's host to its Policy (a process holds a few:
-// one per manager).
-var (
-	policies   sync.Map
-	policyIDs  sync.Map
-	policySeq  int
-	policySeqM sync.Mutex
-)
+// policies maps a proxy URL's host, the Policy's address, to the Policy
+// (a process holds a few: one per manager).
+var policies sync.Map
 
 func proxyURL(p *egress.Policy) string {
-	if id, ok := policyIDs.Load(p); ok {
-		return proxyScheme + "://" + id.(string)
-	}
-	policySeqM.Lock()
-	defer policySeqM.Unlock()
-	if id, ok := policyIDs.Load(p); ok {
-		return proxyScheme + "://" + id.(string)
-	}
-	policySeq++
-	id := "p" + strconv.Itoa(policySeq)
-	policies.Store(id, p)
-	policyIDs.Store(p, id)
+	id := fmt.Sprintf("p%p", p)
+	policies.LoadOrStore(id, p)
 	return proxyScheme + "://" + id
 }
 
